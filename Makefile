@@ -1,0 +1,48 @@
+# Thin wrapper over CMake. The two commands a newcomer needs:
+#   make run    build everything and generate a story with the bundled model
+#   make test   build everything and run the whole suite, plain, under ASan+UBSan, and the fuzz target
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
+CMAKE_FLAGS ?=
+
+.PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz install format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j $(JOBS)
+
+build-asan: setup
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+
+build-fuzz: setup
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+
+run: build
+	./build/kiln run -p "Once upon a time" -n 256
+
+test-plain: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan: build-asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+test-fuzz: build-fuzz
+	cd build-fuzz && ctest --output-on-failure
+
+test: test-plain test-asan test-fuzz
+
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+format:
+	clang-format -i include/*.h src/*/*.[ch] src/*/*/*.[ch] cli/*.[ch] tests/*.[ch] fuzz/*.c
+
+clean:
+	rm -rf build build-asan build-fuzz

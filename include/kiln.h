@@ -1,0 +1,361 @@
+/*
+ * kiln.h - the one public header of Kiln, a C11 inference engine for transformer language models.
+ *
+ * Conventions (see docs/architecture.md):
+ *  - Every fallible call returns a kiln_status: KILN_OK (0) or a negative code. Results come back through
+ *    out-parameters. On failure, kiln_last_error() returns a message, owned by the calling thread, that
+ *    names what was wrong (the field, the values). The library never aborts or exits on bad input.
+ *  - Handles are opaque. Whoever creates a handle destroys it; every _destroy/_close accepts NULL.
+ *  - Parameter structs are public and filled by a kiln_*_default() constructor.
+ *  - Borrowed pointers returned by the library say in their comment how long they stay valid.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_E_INVALID_ARG = -1,  /* a caller passed an invalid argument */
+    KILN_E_NOMEM = -2,        /* an allocation failed */
+    KILN_E_IO = -3,           /* open/read/write/mmap failed */
+    KILN_E_FORMAT = -4,       /* a file or blob is malformed */
+    KILN_E_UNSUPPORTED = -5,  /* well-formed, but not something Kiln can do (yet) */
+    KILN_E_CONTEXT_FULL = -6, /* the request does not fit in the KV cache */
+    KILN_E_NOT_FOUND = -7,    /* a key, tensor or file is absent */
+    KILN_E_RANGE = -8,        /* a value or buffer size is out of range */
+    KILN_E_INTERNAL = -9,     /* a bug in Kiln: please report it */
+} kiln_status;
+
+/* A short constant name such as "KILN_E_FORMAT". Never NULL. */
+const char *kiln_status_name(kiln_status status);
+
+/* The message of the most recent failing call on this thread ("" if none). Valid until the next Kiln
+ * call on this thread. */
+const char *kiln_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Allocation. All of Kiln's heap memory goes through one replaceable allocator. Tests use it to count
+ * allocations and to fail each one in turn. Not thread-safe to change while other Kiln calls run.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_allocator {
+    void *(*alloc)(size_t size, void *user);
+    void *(*realloc)(void *ptr, size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} kiln_allocator;
+
+/* Install an allocator; NULL restores the libc one. */
+void kiln_set_allocator(const kiln_allocator *allocator);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Tensor element types. The numeric values are those of the GGUF/ggml specification.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef enum kiln_type {
+    KILN_TYPE_F32 = 0,
+    KILN_TYPE_F16 = 1,
+    KILN_TYPE_Q4_0 = 2,
+    KILN_TYPE_Q4_1 = 3,
+    KILN_TYPE_Q5_0 = 6,
+    KILN_TYPE_Q5_1 = 7,
+    KILN_TYPE_Q8_0 = 8,
+    KILN_TYPE_Q8_1 = 9,
+    KILN_TYPE_Q2_K = 10,
+    KILN_TYPE_Q3_K = 11,
+    KILN_TYPE_Q4_K = 12,
+    KILN_TYPE_Q5_K = 13,
+    KILN_TYPE_Q6_K = 14,
+    KILN_TYPE_Q8_K = 15,
+    KILN_TYPE_IQ2_XXS = 16,
+    KILN_TYPE_IQ2_XS = 17,
+    KILN_TYPE_IQ3_XXS = 18,
+    KILN_TYPE_IQ1_S = 19,
+    KILN_TYPE_IQ4_NL = 20,
+    KILN_TYPE_IQ3_S = 21,
+    KILN_TYPE_IQ2_S = 22,
+    KILN_TYPE_IQ4_XS = 23,
+    KILN_TYPE_I8 = 24,
+    KILN_TYPE_I16 = 25,
+    KILN_TYPE_I32 = 26,
+    KILN_TYPE_I64 = 27,
+    KILN_TYPE_F64 = 28,
+    KILN_TYPE_IQ1_M = 29,
+    KILN_TYPE_BF16 = 30,
+    KILN_TYPE_TQ1_0 = 34,
+    KILN_TYPE_TQ2_0 = 35,
+    KILN_TYPE_MXFP4 = 39,
+    KILN_TYPE_COUNT = 40 /* one past the largest value known to the specification */
+} kiln_type;
+
+/* Static facts about a type. A type that GGUF defines but Kiln cannot compute with reports
+ * supported = false; its sizes are still given so that files containing it can be read and inspected. */
+typedef struct kiln_type_traits {
+    const char *name;    /* "f32", "q4_0", ... */
+    int64_t block_elems; /* elements per block: 1 for scalar types, 32 for Q8_0, ... */
+    size_t block_bytes;  /* bytes per block */
+    bool known;          /* defined by the GGUF specification */
+    bool supported;      /* Kiln can dequantize it and use it as matmul weights */
+} kiln_type_traits;
+
+/* Traits of a type; returns KILN_E_INVALID_ARG for a value the specification does not define. */
+kiln_status kiln_type_get_traits(int32_t type, kiln_type_traits *out);
+
+/* Bytes taken by a row of n elements (n must be a multiple of the block size; overflow-checked). */
+kiln_status kiln_type_row_bytes(kiln_type type, int64_t n, size_t *out);
+
+/* Dequantize n elements (a multiple of the block size) from src into dst, scalar reference code. */
+kiln_status kiln_dequantize(kiln_type type, const void *src, float *dst, int64_t n);
+
+float kiln_fp16_to_fp32(uint16_t h);
+uint16_t kiln_fp32_to_fp16(float f); /* round to nearest even; NaN stays NaN */
+float kiln_bf16_to_fp32(uint16_t h);
+uint16_t kiln_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN (quiet) */
+
+/* ---------------------------------------------------------------------------------------------------
+ * GGUF files (versions 2 and 3): reading, validated field by field, with the data section mapped
+ * read-only and used in place; and writing.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef enum kiln_gguf_type {
+    KILN_GGUF_UINT8 = 0,
+    KILN_GGUF_INT8 = 1,
+    KILN_GGUF_UINT16 = 2,
+    KILN_GGUF_INT16 = 3,
+    KILN_GGUF_UINT32 = 4,
+    KILN_GGUF_INT32 = 5,
+    KILN_GGUF_FLOAT32 = 6,
+    KILN_GGUF_BOOL = 7,
+    KILN_GGUF_STRING = 8,
+    KILN_GGUF_ARRAY = 9,
+    KILN_GGUF_UINT64 = 10,
+    KILN_GGUF_INT64 = 11,
+    KILN_GGUF_FLOAT64 = 12,
+    KILN_GGUF_TYPE_COUNT = 13
+} kiln_gguf_type;
+
+typedef struct kiln_gguf kiln_gguf;
+
+/* A string inside a GGUF file: not NUL-terminated in general. */
+typedef struct kiln_str {
+    const char *data;
+    size_t len;
+} kiln_str;
+
+typedef struct kiln_tensor_info {
+    const char *name; /* NUL-terminated, valid while the kiln_gguf is open */
+    kiln_type type;
+    int32_t n_dims;    /* 1..4 */
+    int64_t ne[4];     /* elements per dimension, ne[0] innermost; unused dims are 1 */
+    uint64_t offset;   /* offset inside the data section */
+    size_t size;       /* bytes */
+    const void *data;  /* points into the mapping; valid while the kiln_gguf is open */
+} kiln_tensor_info;
+
+/* Open and validate a GGUF file. The file is memory-mapped; tensor data is used in place. */
+kiln_status kiln_gguf_open(const char *path, kiln_gguf **out);
+
+/* Parse a GGUF image already in memory. The buffer is borrowed and must outlive the handle. */
+kiln_status kiln_gguf_open_memory(const void *data, size_t size, kiln_gguf **out);
+
+void kiln_gguf_close(kiln_gguf *gguf);
+
+uint32_t kiln_gguf_version(const kiln_gguf *gguf);
+size_t kiln_gguf_alignment(const kiln_gguf *gguf);
+size_t kiln_gguf_data_offset(const kiln_gguf *gguf); /* where the data section starts in the file */
+
+/* Key/value metadata, in file order. Indexes run from 0 to kv_count - 1. */
+int64_t kiln_gguf_kv_count(const kiln_gguf *gguf);
+int64_t kiln_gguf_find_key(const kiln_gguf *gguf, const char *key); /* -1 when absent */
+const char *kiln_gguf_kv_key(const kiln_gguf *gguf, int64_t i);      /* NUL-terminated */
+kiln_gguf_type kiln_gguf_kv_type(const kiln_gguf *gguf, int64_t i);
+/* For arrays: the element type and the number of elements. */
+kiln_gguf_type kiln_gguf_arr_type(const kiln_gguf *gguf, int64_t i);
+uint64_t kiln_gguf_arr_len(const kiln_gguf *gguf, int64_t i);
+/* Raw little-endian element storage of a numeric array (NULL for string arrays). */
+const void *kiln_gguf_arr_data(const kiln_gguf *gguf, int64_t i);
+kiln_status kiln_gguf_arr_str(const kiln_gguf *gguf, int64_t i, uint64_t j, kiln_str *out);
+
+/* Scalar getters by key. Each fails with KILN_E_NOT_FOUND when the key is absent and KILN_E_FORMAT
+ * when the stored type differs (the message names the key and both types). get_int accepts any integer
+ * type and fails with KILN_E_RANGE if the value does not fit in int64_t; get_float accepts FLOAT32 and
+ * FLOAT64. */
+kiln_status kiln_gguf_get_u32(const kiln_gguf *gguf, const char *key, uint32_t *out);
+kiln_status kiln_gguf_get_f32(const kiln_gguf *gguf, const char *key, float *out);
+kiln_status kiln_gguf_get_bool(const kiln_gguf *gguf, const char *key, bool *out);
+kiln_status kiln_gguf_get_str(const kiln_gguf *gguf, const char *key, kiln_str *out);
+kiln_status kiln_gguf_get_int(const kiln_gguf *gguf, const char *key, int64_t *out);
+kiln_status kiln_gguf_get_float(const kiln_gguf *gguf, const char *key, double *out);
+
+/* Tensors, in file order. */
+int64_t kiln_gguf_tensor_count(const kiln_gguf *gguf);
+int64_t kiln_gguf_find_tensor(const kiln_gguf *gguf, const char *name); /* -1 when absent */
+kiln_status kiln_gguf_tensor_info(const kiln_gguf *gguf, int64_t i, kiln_tensor_info *out);
+
+/* Writer. Keys and tensors are written in the order they were added; the data section is laid out with
+ * each tensor at the next multiple of the alignment, padded with zeros, as the specification does.
+ * Reading a canonical file and writing back every key and tensor reproduces it byte for byte. */
+typedef struct kiln_gguf_writer kiln_gguf_writer;
+
+/* Produces the bytes of one tensor while the file is written (for streaming large models). It must
+ * write exactly `size` bytes to dst. */
+typedef kiln_status (*kiln_tensor_fill_fn)(void *user, int64_t tensor_index, void *dst, size_t size);
+
+kiln_status kiln_gguf_writer_create(kiln_gguf_writer **out);
+void kiln_gguf_writer_destroy(kiln_gguf_writer *w);
+kiln_status kiln_gguf_writer_set_version(kiln_gguf_writer *w, uint32_t version); /* 2 or 3; default 3 */
+/* Sets the layout alignment (a power of two). It does not add a general.alignment key by itself. */
+kiln_status kiln_gguf_writer_set_alignment(kiln_gguf_writer *w, size_t alignment);
+/* Scalar values: `value` points to one element of the given type (uint8_t for BOOL). */
+kiln_status kiln_gguf_writer_add_scalar(kiln_gguf_writer *w, const char *key, kiln_gguf_type type,
+                                        const void *value);
+kiln_status kiln_gguf_writer_add_str(kiln_gguf_writer *w, const char *key, const char *value, size_t len);
+/* Numeric arrays: n elements of elem_type, packed little-endian. */
+kiln_status kiln_gguf_writer_add_array(kiln_gguf_writer *w, const char *key, kiln_gguf_type elem_type,
+                                       const void *data, uint64_t n);
+kiln_status kiln_gguf_writer_add_str_array(kiln_gguf_writer *w, const char *key, const kiln_str *strs,
+                                           uint64_t n);
+/* Copy key i of an open file, whatever its type. */
+kiln_status kiln_gguf_writer_copy_kv(kiln_gguf_writer *w, const kiln_gguf *src, int64_t i);
+/* Add a tensor. `data` (borrowed until the write) holds its bytes; pass NULL to have `fill` produce them
+ * during the write instead. */
+kiln_status kiln_gguf_writer_add_tensor(kiln_gguf_writer *w, const char *name, kiln_type type,
+                                        int32_t n_dims, const int64_t *ne, const void *data);
+void kiln_gguf_writer_set_fill(kiln_gguf_writer *w, kiln_tensor_fill_fn fill, void *user);
+kiln_status kiln_gguf_writer_write_file(kiln_gguf_writer *w, const char *path);
+/* Write into a buffer allocated with the Kiln allocator; free it with kiln_free(). */
+kiln_status kiln_gguf_writer_write_memory(kiln_gguf_writer *w, void **out, size_t *size);
+
+/* Free memory that Kiln returned to the caller. */
+void kiln_free(void *ptr);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Vocabulary and tokenizer
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_vocab kiln_vocab;
+
+typedef enum kiln_token_attr {
+    KILN_TOKEN_NORMAL = 1,
+    KILN_TOKEN_UNKNOWN = 2,
+    KILN_TOKEN_CONTROL = 3,
+    KILN_TOKEN_USER_DEFINED = 4,
+    KILN_TOKEN_UNUSED = 5,
+    KILN_TOKEN_BYTE = 6
+} kiln_token_attr;
+
+/* Build a vocabulary from the tokenizer.* keys of a GGUF file (vocab-only files work). */
+kiln_status kiln_vocab_create(const kiln_gguf *gguf, kiln_vocab **out);
+void kiln_vocab_destroy(kiln_vocab *vocab);
+
+int32_t kiln_vocab_n_tokens(const kiln_vocab *vocab);
+int32_t kiln_vocab_bos(const kiln_vocab *vocab); /* -1 if none */
+int32_t kiln_vocab_eos(const kiln_vocab *vocab); /* -1 if none */
+bool kiln_vocab_add_bos(const kiln_vocab *vocab);
+/* The raw token text as stored in the vocabulary; valid while the vocab lives. */
+kiln_str kiln_vocab_token_text(const kiln_vocab *vocab, int32_t id);
+
+/* Tokenize len bytes of text. Writes at most cap ids; *n_out receives the number of ids the text needs,
+ * and the call fails with KILN_E_RANGE when that exceeds cap. */
+kiln_status kiln_tokenize(const kiln_vocab *vocab, const char *text, size_t len, bool add_bos, int32_t *ids,
+                          size_t cap, size_t *n_out);
+
+/* Streaming detokenizer: feed ids one at a time; it returns the bytes that are complete. Multi-byte
+ * UTF-8 characters split across byte-fallback tokens are held back until complete; bytes that can never
+ * form valid UTF-8 are emitted as U+FFFD. The leading space added by the tokenizer is removed from the
+ * first text token when the stream starts at the beginning of a sequence. */
+typedef struct kiln_detok kiln_detok;
+kiln_status kiln_detok_create(const kiln_vocab *vocab, bool strip_leading_space, kiln_detok **out);
+void kiln_detok_destroy(kiln_detok *detok);
+/* Append the text for `id`. *out points to bytes valid until the next call on this detok. */
+kiln_status kiln_detok_push(kiln_detok *detok, int32_t id, kiln_str *out);
+/* Emit whatever is held back (incomplete UTF-8 becomes U+FFFD). */
+kiln_status kiln_detok_flush(kiln_detok *detok, kiln_str *out);
+
+/* Detokenize a whole sequence into buf (NUL-terminated). *n_out receives the length needed without the
+ * terminator; fails with KILN_E_RANGE if it does not fit. */
+kiln_status kiln_detokenize(const kiln_vocab *vocab, const int32_t *ids, size_t n, bool strip_leading_space,
+                            char *buf, size_t cap, size_t *n_out);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Sampling
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_sampler_params {
+    float temperature;    /* <= 0: greedy (argmax, lowest id on ties) */
+    int32_t top_k;        /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int32_t repeat_last_n;/* how many recent tokens the penalty looks at */
+    uint64_t seed;
+} kiln_sampler_params;
+
+kiln_sampler_params kiln_sampler_params_default(void);
+
+typedef struct kiln_sampler kiln_sampler;
+kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *params, kiln_sampler **out);
+void kiln_sampler_destroy(kiln_sampler *sampler);
+/* Choose the next token from n_vocab logits (not modified). */
+kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out);
+/* Record a token as part of the history (the prompt and each sampled token) for the repeat penalty. */
+void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Models and inference contexts
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_model kiln_model;
+typedef struct kiln_ctx kiln_ctx;
+
+/* Load a model: map the file, validate every tensor the architecture needs, read the hyperparameters. */
+kiln_status kiln_model_load(const char *path, kiln_model **out);
+void kiln_model_destroy(kiln_model *model);
+
+const kiln_gguf *kiln_model_gguf(const kiln_model *model); /* valid while the model lives */
+const kiln_vocab *kiln_model_vocab(const kiln_model *model);
+int32_t kiln_model_n_ctx_train(const kiln_model *model);
+int32_t kiln_model_n_vocab(const kiln_model *model);
+const char *kiln_model_arch(const kiln_model *model);
+/* Total bytes of weights. */
+uint64_t kiln_model_weight_bytes(const kiln_model *model);
+
+typedef struct kiln_ctx_params {
+    int32_t n_ctx;     /* KV-cache length in tokens; 0 = the model's context length */
+    int32_t n_threads; /* 0 = the number of online cores */
+} kiln_ctx_params;
+
+kiln_ctx_params kiln_ctx_params_default(void);
+
+kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *params, kiln_ctx **out);
+void kiln_ctx_destroy(kiln_ctx *ctx);
+
+/* Run n tokens through the model in one batched graph, appending them to the KV cache. *logits receives
+ * the n_vocab logits of the last token, valid until the next call on ctx. Fails with
+ * KILN_E_CONTEXT_FULL, without changing the cache, when the tokens do not fit. */
+kiln_status kiln_ctx_decode(kiln_ctx *ctx, const int32_t *tokens, int32_t n, const float **logits);
+int32_t kiln_ctx_n_past(const kiln_ctx *ctx);
+int32_t kiln_ctx_n_ctx(const kiln_ctx *ctx);
+void kiln_ctx_reset(kiln_ctx *ctx); /* forget the cache */
+
+/* Number of online cores, the default thread count. */
+int32_t kiln_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install what the build and the tests need, on a fresh Debian machine: a C compiler, CMake, make, and
+# clang with its libFuzzer runtime (for the fuzz target). Installs only what is missing; needs root
+# (or sudo) only when something is missing.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if command -v clang >/dev/null 2>&1; then
+  tmp=$(mktemp -d)
+  printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$tmp/f.c"
+  if ! clang -fsanitize=fuzzer "$tmp/f.c" -o "$tmp/f" >/dev/null 2>&1; then
+    v=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n1)
+    need+=("libclang-rt-${v:-14}-dev")
+  fi
+  rm -rf "$tmp"
+fi
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing ${need[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "setup: missing ${need[*]} and not root; install them with your package manager" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,65 @@
+/* harness.c - see harness.h. */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+int harness_check_failures = 0;
+static int passed = 0, failed = 0;
+static const char *current_test = "";
+
+void harness_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "  FAIL %s (%s:%d): ", current_test, file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    harness_check_failures++;
+}
+
+void harness_run(const char *name, void (*fn)(void)) {
+    int before = harness_check_failures;
+    current_test = name;
+    fn();
+    if (harness_check_failures == before) {
+        passed++;
+        printf("ok   %s\n", name);
+    } else {
+        failed++;
+        printf("FAIL %s\n", name);
+    }
+    fflush(stdout);
+}
+
+int harness_finish(void) {
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+char *harness_read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (size) *size = (size_t)n;
+    }
+    return buf;
+}
+
+const char *harness_data_path(const char *relative) {
+    static char slots[8][4096];
+    static int next = 0;
+    char *p = slots[next++ % 8];
+    snprintf(p, 4096, "%s/%s", KILN_TEST_DATA, relative);
+    return p;
+}
