@@ -1,11 +1,37 @@
-/* main.c - the kiln command-line tool: dispatches to subcommands. */
-#include "kiln.h"
+/*
+ * main.c - the kiln command-line tool: dispatches to its subcommands (run, tokenize, inspect).
+ */
+#include "common.h"
 
 #include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run       generate text from a prompt (default model: the bundled stories260K)\n"
+    "  tokenize  print the token ids of a text\n"
+    "  inspect   print a GGUF file's metadata and tensor table\n"
+    "\n"
+    "'kiln <command> --help' describes each command. 'kiln --version' prints the version.\n";
 
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    printf("kiln %s\n", KILN_VERSION_STRING);
-    return 0;
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage, stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("kiln %s\n", KILN_VERSION_STRING);
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    fprintf(stderr, "kiln: unknown command '%s' (see 'kiln --help')\n", argv[1]);
+    return CLI_USAGE;
 }

@@ -1,0 +1,206 @@
+/*
+ * cmd_run.c - `kiln run`: tokenize a prompt, prefill it in one batch, then generate one token at a time.
+ *
+ * stdout receives exactly the prompt text followed by the generated text, streamed as it is produced.
+ * Diagnostics and the final timing line go to stderr.
+ */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char run_help[] =
+    "usage: kiln run [options]\n"
+    "\n"
+    "Generate text. stdout gets the prompt followed by the generated text; timings go to stderr.\n"
+    "\n"
+    "  -m, --model FILE       GGUF model (default: the bundled stories260K.gguf, or $KILN_MODEL)\n"
+    "  -p, --prompt TEXT      prompt text (default: empty, i.e. start from BOS)\n"
+    "  -n, --n-predict N      tokens to generate after the prompt (default 128); stops early at EOS\n"
+    "                         or when the context is full\n"
+    "  -c, --ctx-size N       KV-cache size in tokens (default: the model's context length)\n"
+    "  -t, --threads N        worker threads (default: the number of cores)\n"
+    "      --temp T           temperature; 0 = greedy (default 0.8)\n"
+    "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
+    "      --top-p P          nucleus sampling; 1 = off (default 0.95)\n"
+    "      --min-p P          drop tokens below P x the top probability; 0 = off (default 0.05)\n"
+    "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1.0)\n"
+    "      --repeat-last-n N  history length for the repeat penalty (default 64)\n"
+    "      --seed S           random seed (default: from the clock)\n"
+    "  -h, --help             this text\n";
+
+typedef struct run_options {
+    const char *model;
+    const char *prompt;
+    long n_predict;
+    long n_ctx;
+    long n_threads;
+    kiln_sampler_params sampling;
+    bool seed_given;
+} run_options;
+
+static int parse(int argc, char **argv, run_options *o) {
+    double f;
+    long v;
+    o->model = NULL;
+    o->prompt = "";
+    o->n_predict = 128;
+    o->n_ctx = 0;
+    o->n_threads = 0;
+    o->sampling = kiln_sampler_params_default();
+    o->seed_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(run_help, stdout);
+            return -1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_arg_str("run", argc, argv, &i, &o->model);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_arg_str("run", argc, argv, &i, &o->prompt);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+            ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 30, &o->n_predict);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+            ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 24, &o->n_ctx);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            ok = cli_arg_int("run", argc, argv, &i, 1, 1024, &o->n_threads);
+        else if (!strcmp(a, "--temp") && (ok = cli_arg_float("run", argc, argv, &i, 0, 100, &f)))
+            o->sampling.temperature = (float)f;
+        else if (!strcmp(a, "--top-k") && (ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 30, &v)))
+            o->sampling.top_k = (int32_t)v;
+        else if (!strcmp(a, "--top-p") && (ok = cli_arg_float("run", argc, argv, &i, 0, 1, &f)))
+            o->sampling.top_p = (float)f;
+        else if (!strcmp(a, "--min-p") && (ok = cli_arg_float("run", argc, argv, &i, 0, 1, &f)))
+            o->sampling.min_p = (float)f;
+        else if (!strcmp(a, "--repeat-penalty") && (ok = cli_arg_float("run", argc, argv, &i, 0.01, 100, &f)))
+            o->sampling.repeat_penalty = (float)f;
+        else if (!strcmp(a, "--repeat-last-n") && (ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 20, &v)))
+            o->sampling.repeat_last_n = (int32_t)v;
+        else if (!strcmp(a, "--seed") && (ok = cli_arg_u64("run", argc, argv, &i, &o->sampling.seed)))
+            o->seed_given = true;
+        else if (!strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") ||
+                 !strcmp(a, "--repeat-penalty") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed"))
+            ok = false; /* the value was malformed; cli_arg_* has reported it */
+        else
+            return cli_usage_error("run", "unknown option '%s'", a);
+        if (!ok) return CLI_USAGE;
+    }
+    if (!o->model) o->model = cli_default_model();
+    if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return 0;
+}
+
+typedef struct generation {
+    kiln_model *model;
+    kiln_ctx *ctx;
+    kiln_sampler *sampler;
+    kiln_detok *detok;
+    int32_t *prompt;
+    size_t n_prompt;
+} generation;
+
+static void generation_free(generation *g) {
+    kiln_detok_destroy(g->detok);
+    kiln_sampler_destroy(g->sampler);
+    kiln_ctx_destroy(g->ctx);
+    kiln_model_destroy(g->model);
+    free(g->prompt);
+}
+
+static int tokenize_prompt(generation *g, const char *prompt) {
+    const kiln_vocab *vocab = kiln_model_vocab(g->model);
+    size_t len = strlen(prompt), cap = len + 2, n = 0;
+    kiln_status s;
+    g->prompt = malloc(cap * sizeof *g->prompt);
+    if (!g->prompt) return cli_fail("run", KILN_E_NOMEM, "tokenizing the prompt");
+    s = kiln_tokenize(vocab, prompt, len, kiln_vocab_add_bos(vocab), g->prompt, cap, &n);
+    if (s == KILN_E_RANGE) {
+        int32_t *p = realloc(g->prompt, n * sizeof *p);
+        if (!p) return cli_fail("run", KILN_E_NOMEM, "tokenizing the prompt");
+        g->prompt = p;
+        s = kiln_tokenize(vocab, prompt, len, kiln_vocab_add_bos(vocab), g->prompt, n, &n);
+    }
+    if (s) return cli_fail("run", s, "tokenizing the prompt");
+    if (n == 0) return cli_usage_error("run", "the prompt is empty and the model adds no BOS token");
+    g->n_prompt = n;
+    return CLI_OK;
+}
+
+static void write_piece(kiln_str piece) {
+    if (piece.len) {
+        fwrite(piece.data, 1, piece.len, stdout);
+        fflush(stdout);
+    }
+}
+
+/* The generation loop; returns the number of tokens generated through *n_gen. */
+static int generate(generation *g, const run_options *o, double *t_prompt, double *t_gen, long *n_gen) {
+    const kiln_vocab *vocab = kiln_model_vocab(g->model);
+    const float *logits;
+    kiln_str piece;
+    kiln_status s;
+    double t0 = cli_now_seconds();
+    int32_t eos = kiln_vocab_eos(vocab);
+    if ((s = kiln_ctx_decode(g->ctx, g->prompt, (int32_t)g->n_prompt, &logits)))
+        return cli_fail("run", s, "evaluating the prompt");
+    *t_prompt = cli_now_seconds() - t0;
+    for (size_t i = 0; i < g->n_prompt; i++) kiln_sampler_accept(g->sampler, g->prompt[i]);
+    t0 = cli_now_seconds();
+    for (*n_gen = 0; *n_gen < o->n_predict;) {
+        int32_t next;
+        if ((s = kiln_sampler_sample(g->sampler, logits, &next))) return cli_fail("run", s, "sampling");
+        kiln_sampler_accept(g->sampler, next);
+        ++*n_gen;
+        if (next == eos) break;
+        if ((s = kiln_detok_push(g->detok, next, &piece))) return cli_fail("run", s, "detokenizing");
+        write_piece(piece);
+        if (*n_gen == o->n_predict) break;
+        if (kiln_ctx_n_past(g->ctx) >= kiln_ctx_n_ctx(g->ctx)) {
+            fprintf(stderr, "\nkiln run: context full (%d tokens); stopping\n", kiln_ctx_n_ctx(g->ctx));
+            break;
+        }
+        if ((s = kiln_ctx_decode(g->ctx, &next, 1, &logits))) return cli_fail("run", s, "decoding");
+    }
+    if ((s = kiln_detok_flush(g->detok, &piece))) return cli_fail("run", s, "detokenizing");
+    write_piece(piece);
+    *t_gen = cli_now_seconds() - t0;
+    return CLI_OK;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_options o;
+    generation g = {0};
+    kiln_ctx_params cp = kiln_ctx_params_default();
+    double t_load = cli_now_seconds(), t_prompt = 0, t_gen = 0;
+    long n_gen = 0;
+    kiln_status s;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    if ((s = kiln_model_load(o.model, &g.model))) return cli_fail("run", s, "loading the model");
+    cp.n_ctx = (int32_t)o.n_ctx;
+    cp.n_threads = (int32_t)o.n_threads;
+    if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
+    if (!rc && (s = kiln_sampler_create(kiln_model_n_vocab(g.model), &o.sampling, &g.sampler)))
+        rc = cli_fail("run", s, "creating the sampler");
+    if (!rc) rc = tokenize_prompt(&g, o.prompt);
+    if (!rc && (int64_t)g.n_prompt > kiln_ctx_n_ctx(g.ctx))
+        rc = cli_usage_error("run", "the prompt has %zu tokens but the context holds %d", g.n_prompt,
+                             kiln_ctx_n_ctx(g.ctx));
+    if (!rc && (s = kiln_detok_create(kiln_model_vocab(g.model), o.prompt[0] == '\0', &g.detok)))
+        rc = cli_fail("run", s, "creating the detokenizer");
+    t_load = cli_now_seconds() - t_load;
+    if (!rc) {
+        fputs(o.prompt, stdout);
+        fflush(stdout);
+        rc = generate(&g, &o, &t_prompt, &t_gen, &n_gen);
+    }
+    if (!rc) {
+        fprintf(stderr, "\n\nkiln run: load %.1f ms | prompt %zu tokens, %.1f t/s | generation %ld tokens, %.1f t/s\n",
+                t_load * 1e3, g.n_prompt, t_prompt > 0 ? (double)g.n_prompt / t_prompt : 0.0, n_gen,
+                t_gen > 0 ? (double)n_gen / t_gen : 0.0);
+    }
+    generation_free(&g);
+    return rc;
+}

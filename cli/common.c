@@ -1,0 +1,110 @@
+/* common.c - see common.h. */
+#include "common.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool readable(const char *path) { return access(path, R_OK) == 0; }
+
+const char *cli_default_model(void) {
+    static char exe_relative[PATH_MAX];
+    const char *env = getenv("KILN_MODEL");
+    ssize_t n;
+    if (env && *env) return env;
+    n = readlink("/proc/self/exe", exe_relative, sizeof exe_relative - 1);
+    if (n > 0) {
+        char *slash;
+        exe_relative[n] = '\0';
+        slash = strrchr(exe_relative, '/');
+        if (slash) {
+            *slash = '\0';
+            size_t used = strlen(exe_relative);
+            snprintf(exe_relative + used, sizeof exe_relative - used, "/../share/kiln/models/stories260K.gguf");
+            if (readable(exe_relative)) return exe_relative;
+        }
+    }
+    if (readable(KILN_INSTALLED_MODEL)) return KILN_INSTALLED_MODEL;
+    return KILN_SOURCE_MODEL;
+}
+
+int cli_fail(const char *cmd, kiln_status status, const char *what) {
+    fprintf(stderr, "kiln %s: %s: %s (%s)\n", cmd, what, kiln_last_error(), kiln_status_name(status));
+    return CLI_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "kiln %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'kiln %s --help')\n", cmd);
+    return CLI_USAGE;
+}
+
+bool cli_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out) {
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "option %s needs a value", argv[*i]);
+        return false;
+    }
+    *out = argv[++*i];
+    return true;
+}
+
+bool cli_arg_int(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out) {
+    const char *s, *opt = argv[*i];
+    char *end;
+    long v;
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_usage_error(cmd, "option %s: '%s' is not an integer in %ld..%ld", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, double *out) {
+    const char *s, *opt = argv[*i];
+    char *end;
+    double v;
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_usage_error(cmd, "option %s: '%s' is not a number in %g..%g", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out) {
+    const char *s, *opt = argv[*i];
+    char *end;
+    unsigned long long v;
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_usage_error(cmd, "option %s: '%s' is not a non-negative integer", opt, s);
+        return false;
+    }
+    *out = (uint64_t)v;
+    return true;
+}
+
+double cli_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

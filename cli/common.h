@@ -1,0 +1,42 @@
+/*
+ * common.h - helpers shared by the kiln subcommands: the bundled-model lookup, option parsing with
+ * checked numbers, error reporting, and a monotonic clock.
+ */
+#ifndef KILN_CLI_COMMON_H
+#define KILN_CLI_COMMON_H
+
+#include "kiln.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Exit codes: 0 success, 1 runtime failure, 2 usage error. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* The model to use when no -m is given: $KILN_MODEL, then the installed copy next to the executable's
+ * prefix, then the build-time install path, then the source tree's models/ folder. */
+const char *cli_default_model(void);
+
+/* Print "kiln <cmd>: <what>: <kiln_last_error()>" to stderr and return CLI_FAIL. */
+int cli_fail(const char *cmd, kiln_status status, const char *what);
+/* Print "kiln <cmd>: <message>" plus a hint to use --help, return CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Parse the value of option `opt` (argv[*i + 1]); advances *i. Return false (after printing) on a missing
+ * or malformed value. */
+bool cli_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out);
+bool cli_arg_int(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out);
+bool cli_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, double *out);
+bool cli_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
+
+double cli_now_seconds(void);
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+#endif

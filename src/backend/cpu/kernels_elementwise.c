@@ -1,0 +1,92 @@
+/*
+ * kernels_elementwise.c - reference kernels for row-wise and elementwise ops: get_rows, add, mul (with
+ * broadcasting), silu, cont and cache_write. Outputs are the planned, contiguous dst.
+ */
+#include "backend/cpu/kernels.h"
+
+#include "tensor/types.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Row r of a tensor with n rows, as (i1, i2, i3). */
+static void row_index(const kiln_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % t->ne[1];
+    *i2 = (r / t->ne[1]) % t->ne[2];
+    *i3 = r / (t->ne[1] * t->ne[2]);
+}
+
+void kiln__cpu_get_rows(const kiln_cpu_args *a) {
+    const kiln_tensor *table = a->dst->src[0], *ids = a->dst->src[1];
+    int64_t t0, t1;
+    kiln__cpu_split(ids->ne[0], a->ith, a->nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        int32_t id = *(const int32_t *)((const char *)ids->data + t * (int64_t)ids->nb[0]);
+        float *out = (float *)kiln__cpu_row(a->dst, t, 0, 0);
+        if (id < 0 || id >= table->ne[1]) {
+            /* Callers validate ids; an out-of-range id still yields defined output. */
+            memset(out, 0, (size_t)table->ne[0] * sizeof(float));
+            continue;
+        }
+        kiln__dequantize_row(table->type, kiln__cpu_row(table, id, 0, 0), out, table->ne[0]);
+    }
+}
+
+static void binary(const kiln_cpu_args *a, bool is_mul) {
+    const kiln_tensor *x = a->dst->src[0], *y = a->dst->src[1];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, i1, i2, i3);
+        const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++) {
+            float xv = *(const float *)(xr + i * (int64_t)x->nb[0]);
+            float yv = *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);
+            out[i] = is_mul ? xv * yv : xv + yv;
+        }
+    }
+}
+
+void kiln__cpu_add(const kiln_cpu_args *a) { binary(a, false); }
+void kiln__cpu_mul(const kiln_cpu_args *a) { binary(a, true); }
+
+void kiln__cpu_silu(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++) out[i] = xr[i] * (1.0f / (1.0f + expf(-xr[i])));
+    }
+}
+
+void kiln__cpu_cont(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, i1, i2, i3);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++) out[i] = *(const float *)(xr + i * (int64_t)x->nb[0]);
+    }
+}
+
+void kiln__cpu_cache_write(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0], *cache = a->dst->src[1];
+    int32_t pos0 = a->dst->ip[0];
+    int64_t r0, r1;
+    kiln__cpu_split(x->ne[1], a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *xr = kiln__cpu_row(x, r, 0, 0);
+        float *out = (float *)kiln__cpu_row(cache, pos0 + r, 0, 0);
+        for (int64_t i = 0; i < x->ne[0]; i++) out[i] = *(const float *)(xr + i * (int64_t)x->nb[0]);
+    }
+}
