@@ -1,0 +1,194 @@
+/*
+ * test_generate.c - end to end on the bundled stories260K model against the public goldens
+ * (tests/data/golden, from llama2.c's test suite): greedy generation reproduces the token ids exactly;
+ * thread counts agree; batched prefill agrees with token-by-token decoding; the KV cache bound is a clear
+ * error; a warmed-up decode step allocates nothing; and the loader rejects broken models with messages.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Parse the integer array after "key": [ within the JSON section named `section`. */
+static size_t json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap) {
+    const char *p = strstr(json, section);
+    size_t n = 0;
+    if (!p || !(p = strstr(p, key)) || !(p = strchr(p, '['))) return 0;
+    for (p++; *p && *p != ']' && n < cap;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        out[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+typedef struct golden {
+    int32_t prompt[16];
+    size_t n_prompt;
+    int32_t ids[256];
+    size_t n_ids;
+} golden;
+
+static void load_golden(const char *section, golden *g) {
+    char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
+    CHECK(json != NULL);
+    if (!json) return;
+    g->n_prompt = json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
+    g->n_ids = json_ids(json, section, "\"token_ids\"", g->ids, 256);
+    free(json);
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Greedy: prefill the prompt ids, then generate until the sequence has n_total ids. */
+static size_t greedy(const kiln_model *m, int n_threads, const int32_t *prompt, size_t n_prompt, size_t n_total,
+                     int32_t *out) {
+    kiln_ctx_params p = kiln_ctx_params_default();
+    kiln_ctx *ctx;
+    const float *logits;
+    size_t n = n_prompt;
+    p.n_threads = n_threads;
+    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (!ctx) return 0;
+    memcpy(out, prompt, n_prompt * sizeof *out);
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, (int32_t)n_prompt, &logits));
+    while (logits && n < n_total) {
+        out[n] = argmax(logits, kiln_model_n_vocab(m));
+        if (++n < n_total) CHECK_OK(kiln_ctx_decode(ctx, &out[n - 1], 1, &logits));
+    }
+    kiln_ctx_destroy(ctx);
+    return n;
+}
+
+static void check_golden(const char *section, const char *prompt_text) {
+    kiln_model *m;
+    golden g = {0};
+    int32_t ids[256], prompt[16];
+    size_t n_prompt = 0;
+    load_golden(section, &g);
+    CHECK(g.n_ids > g.n_prompt && g.n_prompt > 0);
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    if (!m) return;
+    CHECK_OK(kiln_tokenize(kiln_model_vocab(m), prompt_text, strlen(prompt_text), true, prompt, 16, &n_prompt));
+    CHECK_EQ_INT(n_prompt, g.n_prompt);
+    CHECK(memcmp(prompt, g.prompt, g.n_prompt * sizeof *prompt) == 0);
+    for (int t = 1; t <= 2; t++) {
+        size_t n = greedy(m, t, g.prompt, g.n_prompt, g.n_ids, ids);
+        CHECK_EQ_INT(n, g.n_ids);
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] != g.ids[i]) {
+                harness_fail(__FILE__, __LINE__, "%s, %d threads: id %zu is %d, golden %d", section, t, i, ids[i],
+                             g.ids[i]);
+                break;
+            }
+    }
+    kiln_model_destroy(m);
+}
+
+static void greedy_from_bos_reproduces_the_200_golden_tokens(void) { check_golden("\"bos_only_200\"", ""); }
+
+static void greedy_from_once_upon_a_time_reproduces_the_golden_tokens(void) {
+    check_golden("\"once_upon_a_time_64\"", "Once upon a time");
+}
+
+static void batched_prefill_matches_token_by_token_decoding(void) {
+    kiln_model *m;
+    kiln_ctx *a, *b;
+    const float *la, *lb = NULL;
+    static const int32_t prompt[7] = {1, 403, 407, 261, 378, 432, 383};
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    if (!m) return;
+    CHECK_OK(kiln_ctx_create(m, NULL, &a));
+    CHECK_OK(kiln_ctx_create(m, NULL, &b));
+    CHECK_OK(kiln_ctx_decode(a, prompt, 7, &la));
+    for (int i = 0; i < 7; i++) CHECK_OK(kiln_ctx_decode(b, &prompt[i], 1, &lb));
+    CHECK_EQ_INT(kiln_ctx_n_past(a), 7);
+    CHECK_EQ_INT(kiln_ctx_n_past(b), 7);
+    for (int32_t i = 0; i < kiln_model_n_vocab(m) && la && lb; i++) CHECK_NEAR(la[i], lb[i], 1e-4);
+    kiln_ctx_destroy(a);
+    kiln_ctx_destroy(b);
+    kiln_model_destroy(m);
+}
+
+static void a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing(void) {
+    kiln_model *m;
+    kiln_ctx *ctx;
+    kiln_ctx_params p = kiln_ctx_params_default();
+    const float *logits;
+    int32_t toks[9] = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+    p.n_ctx = 8;
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    if (!m) return;
+    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    CHECK_STATUS(kiln_ctx_decode(ctx, toks, 9, &logits), KILN_E_CONTEXT_FULL);
+    CHECK_ERROR_MENTIONS("9 tokens do not fit: 0 of 8 context positions are used");
+    CHECK_OK(kiln_ctx_decode(ctx, toks, 6, &logits));
+    CHECK_STATUS(kiln_ctx_decode(ctx, toks, 3, &logits), KILN_E_CONTEXT_FULL);
+    CHECK_EQ_INT(kiln_ctx_n_past(ctx), 6);
+    CHECK_OK(kiln_ctx_decode(ctx, toks, 2, &logits));
+    CHECK_STATUS(kiln_ctx_decode(ctx, toks, 1, &logits), KILN_E_CONTEXT_FULL);
+    toks[0] = 512;
+    kiln_ctx_reset(ctx);
+    CHECK_STATUS(kiln_ctx_decode(ctx, toks, 1, &logits), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("token 512 at index 0 is outside the vocabulary");
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+}
+
+static long n_allocs;
+static void *count_alloc(size_t n, void *u) {
+    (void)u;
+    n_allocs++;
+    return malloc(n);
+}
+static void *count_realloc(void *p, size_t n, void *u) {
+    (void)u;
+    n_allocs++;
+    return realloc(p, n);
+}
+static void count_free(void *p, void *u) {
+    (void)u;
+    free(p);
+}
+
+static void a_warmed_up_decode_step_allocates_nothing(void) {
+    kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
+    kiln_model *m;
+    kiln_ctx *ctx;
+    kiln_ctx_params p = kiln_ctx_params_default();
+    const float *logits;
+    int32_t tok = 1;
+    p.n_threads = 2;
+    kiln_set_allocator(&counting);
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits)); /* warm-up */
+    n_allocs = 0;
+    for (int i = 0; i < 20; i++) {
+        tok = argmax(logits, kiln_model_n_vocab(m));
+        CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
+    }
+    CHECK_EQ_INT(n_allocs, 0);
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+    kiln_set_allocator(NULL);
+}
+
+int main(void) {
+    RUN(greedy_from_bos_reproduces_the_200_golden_tokens);
+    RUN(greedy_from_once_upon_a_time_reproduces_the_golden_tokens);
+    RUN(batched_prefill_matches_token_by_token_decoding);
+    RUN(a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing);
+    RUN(a_warmed_up_decode_step_allocates_nothing);
+    return harness_finish();
+}

@@ -1,0 +1,405 @@
+/*
+ * test_ops.c - every graph op, run through the CPU backend, against a plain double-precision reference
+ * written here, on random inputs with odd sizes, with 1, 2 and 3 threads. Results must be identical
+ * across thread counts (bit for bit) and within the stated tolerance of the reference.
+ */
+#include "harness.h"
+#include "graph_run.h"
+
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define TOL 1e-5
+
+/* Compare n floats against a double reference: |got - ref| <= tol * max(1, |ref|). */
+static void check_close(const float *got, const double *ref, size_t n, double tol, const char *what) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= tol * fmax(1.0, fabs(ref[i])))) {
+            if (!bad) harness_fail(__FILE__, __LINE__, "%s: element %zu is %.9g, reference %.9g", what, i, got[i], ref[i]);
+            bad++;
+        }
+    }
+}
+
+/* Build with `build`, run with 1, 2, 3 threads, check thread-count invariance, return the 1-thread
+ * result copied into out (n floats). */
+typedef kiln_tensor *(*builder)(kiln_graph *g, void *user);
+
+static void run_all_threads(builder build, void *user, float *out, size_t n) {
+    for (int nth = 1; nth <= 3; nth++) {
+        kiln_graph *g;
+        kiln_status s;
+        CHECK_OK(kiln__graph_create(64, &g));
+        kiln_tensor *t = build(g, user);
+        CHECK_OK(kiln__graph_status(g));
+        if (!t) {
+            kiln__graph_destroy(g);
+            return;
+        }
+        CHECK_EQ_INT(kiln__tensor_nelements(t), n);
+        kiln__graph_set_output(g, t);
+        void *arena = graph_run(g, nth, &s);
+        CHECK_OK(s);
+        if (arena) {
+            if (nth == 1) memcpy(out, t->data, n * sizeof(float));
+            else if (memcmp(out, t->data, n * sizeof(float)) != 0)
+                harness_fail(__FILE__, __LINE__, "result with %d threads differs from 1 thread", nth);
+        }
+        free(arena);
+        kiln__graph_destroy(g);
+    }
+}
+
+static kiln_tensor *leaf_f32(kiln_graph *g, const char *name, int nd, int64_t a, int64_t b, int64_t c, int64_t d,
+                             float *data) {
+    int64_t ne[4] = {a, b, c, d};
+    return kiln__graph_leaf(g, name, KILN_TYPE_F32, nd, ne, data, 0);
+}
+
+/* ---- rms_norm, silu, softmax ---- */
+typedef struct unary_case {
+    float x[37 * 5 * 3];
+    int op;
+} unary_case;
+
+static kiln_tensor *build_unary(kiln_graph *g, void *user) {
+    unary_case *u = user;
+    kiln_tensor *x = leaf_f32(g, "x", 3, 37, 5, 3, 1, u->x);
+    if (u->op == 0) return kiln__rms_norm(g, x, 1e-5f);
+    if (u->op == 1) return kiln__silu(g, x);
+    return kiln__softmax(g, x, 0.7f);
+}
+
+static void rms_norm_silu_and_softmax_match_the_reference(void) {
+    static unary_case u;
+    static float out[37 * 5 * 3];
+    static double ref[37 * 5 * 3];
+    fill_random(u.x, 37 * 5 * 3, 1);
+    for (int op = 0; op < 3; op++) {
+        u.op = op;
+        run_all_threads(build_unary, &u, out, 37 * 5 * 3);
+        for (int r = 0; r < 15; r++) {
+            const float *x = u.x + r * 37;
+            double *y = ref + r * 37, ss = 0, mx = -INFINITY, sum = 0;
+            for (int i = 0; i < 37; i++) ss += (double)x[i] * x[i];
+            for (int i = 0; i < 37; i++) mx = fmax(mx, 0.7 * x[i]);
+            for (int i = 0; i < 37; i++) sum += exp(0.7 * x[i] - mx);
+            for (int i = 0; i < 37; i++) {
+                if (op == 0) y[i] = x[i] / sqrt(ss / 37 + 1e-5);
+                else if (op == 1) y[i] = x[i] / (1 + exp(-(double)x[i]));
+                else y[i] = exp(0.7 * x[i] - mx) / sum;
+            }
+        }
+        check_close(out, ref, 37 * 5 * 3, TOL, op == 0 ? "rms_norm" : op == 1 ? "silu" : "softmax");
+    }
+}
+
+/* ---- add and mul with broadcasting ---- */
+typedef struct binary_case {
+    float a[13 * 7 * 3 * 2], b[13 * 7 * 3 * 2];
+    int64_t bne[4];
+    bool mul;
+} binary_case;
+
+static kiln_tensor *build_binary(kiln_graph *g, void *user) {
+    binary_case *c = user;
+    kiln_tensor *a = leaf_f32(g, "a", 4, 13, 7, 3, 2, c->a);
+    kiln_tensor *b = leaf_f32(g, "b", 4, c->bne[0], c->bne[1], c->bne[2], c->bne[3], c->b);
+    return c->mul ? kiln__mul(g, a, b) : kiln__add(g, a, b);
+}
+
+static void add_and_mul_broadcast_the_second_operand(void) {
+    static binary_case c;
+    static float out[13 * 7 * 3 * 2];
+    static double ref[13 * 7 * 3 * 2];
+    static const int64_t shapes[4][4] = {{13, 7, 3, 2}, {13, 1, 3, 1}, {1, 7, 1, 1}, {13, 1, 1, 1}};
+    fill_random(c.a, sizeof c.a / sizeof c.a[0], 2);
+    fill_random(c.b, sizeof c.b / sizeof c.b[0], 3);
+    for (int k = 0; k < 8; k++) {
+        memcpy(c.bne, shapes[k % 4], sizeof c.bne);
+        c.mul = k >= 4;
+        run_all_threads(build_binary, &c, out, 13 * 7 * 3 * 2);
+        for (int i3 = 0; i3 < 2; i3++)
+            for (int i2 = 0; i2 < 3; i2++)
+                for (int i1 = 0; i1 < 7; i1++)
+                    for (int i0 = 0; i0 < 13; i0++) {
+                        int ia = ((i3 * 3 + i2) * 7 + i1) * 13 + i0;
+                        int ib = (((i3 % (int)c.bne[3]) * (int)c.bne[2] + i2 % (int)c.bne[2]) * (int)c.bne[1] +
+                                  i1 % (int)c.bne[1]) * (int)c.bne[0] + i0 % (int)c.bne[0];
+                        ref[ia] = c.mul ? (double)c.a[ia] * c.b[ib] : (double)c.a[ia] + c.b[ib];
+                    }
+        check_close(out, ref, 13 * 7 * 3 * 2, TOL, c.mul ? "mul" : "add");
+    }
+}
+
+/* ---- matmul for every supported weight type ---- */
+#define MK 64
+#define MN 13
+#define MM 5
+
+typedef struct matmul_case {
+    kiln_type type;
+    int64_t k;
+    unsigned char w[MK * MN * 2 * 4]; /* raw weight bytes, [K, N, 2] */
+    float x[MK * MM * 4];             /* [K, M, 4]: the weight's 2 batches broadcast over 4 */
+} matmul_case;
+
+static void make_weights(matmul_case *c, uint64_t seed) {
+    uint64_t st = seed;
+    size_t row_bytes;
+    kiln_type_row_bytes(c->type, c->k, &row_bytes);
+    for (size_t r = 0; r < (size_t)MN * 2; r++) {
+        unsigned char *row = c->w + r * row_bytes;
+        if (c->type == KILN_TYPE_F32) {
+            for (int i = 0; i < c->k; i++) ((float *)row)[i] = test_rand(&st);
+        } else if (c->type == KILN_TYPE_F16 || c->type == KILN_TYPE_BF16) {
+            for (int i = 0; i < c->k; i++) {
+                float v = test_rand(&st);
+                ((uint16_t *)row)[i] = c->type == KILN_TYPE_F16 ? kiln_fp32_to_fp16(v) : kiln_fp32_to_bf16(v);
+            }
+        } else {
+            /* Random scale and random quants: any bytes are a valid block. */
+            size_t bb = kiln__type_traits(c->type)->block_bytes;
+            for (size_t i = 0; i < row_bytes; i++) row[i] = (unsigned char)(test_rand(&st) * 127 + 128);
+            for (size_t blk = 0; blk < row_bytes / bb; blk++) {
+                uint16_t d = kiln_fp32_to_fp16(0.01f + 0.02f * fabsf(test_rand(&st)));
+                memcpy(row + blk * bb, &d, 2);
+            }
+        }
+    }
+}
+
+static kiln_tensor *build_matmul(kiln_graph *g, void *user) {
+    matmul_case *c = user;
+    int64_t nw[3] = {c->k, MN, 2};
+    kiln_tensor *w = kiln__graph_leaf(g, "w", c->type, 3, nw, c->w, KILN_TENSOR_WEIGHT);
+    return kiln__matmul(g, w, leaf_f32(g, "x", 3, c->k, MM, 4, 1, c->x));
+}
+
+static void matmul_matches_the_reference_for_every_weight_type(void) {
+    static const kiln_type types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0};
+    static matmul_case c;
+    static float out[MN * MM * 4], wf[MK];
+    static double ref[MN * MM * 4];
+    for (size_t t = 0; t < sizeof types / sizeof types[0] + 1; t++) {
+        c.type = t < sizeof types / sizeof types[0] ? types[t] : KILN_TYPE_F32;
+        c.k = t < sizeof types / sizeof types[0] ? MK : 37; /* last round: an odd K with f32 */
+        make_weights(&c, 10 + t);
+        fill_random(c.x, (size_t)c.k * MM * 4, 20 + t);
+        run_all_threads(build_matmul, &c, out, MN * MM * 4);
+        size_t row_bytes;
+        kiln_type_row_bytes(c.type, c.k, &row_bytes);
+        for (int b = 0; b < 4; b++)
+            for (int n = 0; n < MN; n++) {
+                CHECK_OK(kiln_dequantize(c.type, c.w + ((size_t)(b / 2) * MN + n) * row_bytes, wf, c.k));
+                for (int m = 0; m < MM; m++) {
+                    double acc = 0;
+                    for (int k = 0; k < c.k; k++) acc += (double)wf[k] * c.x[(b * MM + m) * c.k + k];
+                    ref[(b * MM + m) * MN + n] = acc;
+                }
+            }
+        check_close(out, ref, MN * MM * 4, 1e-5 * c.k, kiln__type_name(c.type));
+    }
+}
+
+/* ---- get_rows ---- */
+typedef struct rows_case {
+    kiln_type type;
+    unsigned char table[64 * 11 * 4];
+    int32_t ids[6];
+} rows_case;
+
+static kiln_tensor *build_rows(kiln_graph *g, void *user) {
+    rows_case *c = user;
+    int64_t ne[2] = {64, 11}, nt[1] = {6};
+    kiln_tensor *table = kiln__graph_leaf(g, "table", c->type, 2, ne, c->table, KILN_TENSOR_WEIGHT);
+    return kiln__get_rows(g, table, kiln__graph_leaf(g, "ids", KILN_TYPE_I32, 1, nt, c->ids, KILN_TENSOR_INPUT));
+}
+
+static void get_rows_dequantizes_the_selected_rows(void) {
+    static rows_case c = {.ids = {3, 0, 10, 3, 7, 1}};
+    static float out[64 * 6], row[64];
+    static double ref[64 * 6];
+    static const kiln_type types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0};
+    for (size_t t = 0; t < 4; t++) {
+        matmul_case mc = {.type = types[t], .k = 64};
+        size_t rb;
+        make_weights(&mc, 40 + t);
+        c.type = types[t];
+        kiln_type_row_bytes(c.type, 64, &rb);
+        memcpy(c.table, mc.w, rb * 11);
+        run_all_threads(build_rows, &c, out, 64 * 6);
+        for (int i = 0; i < 6; i++) {
+            CHECK_OK(kiln_dequantize(c.type, c.table + (size_t)c.ids[i] * rb, row, 64));
+            for (int k = 0; k < 64; k++) ref[i * 64 + k] = row[k];
+        }
+        check_close(out, ref, 64 * 6, 0, kiln__type_name(c.type));
+    }
+}
+
+/* ---- rope ---- */
+typedef struct rope_case {
+    float x[12 * 3 * 5];
+    int32_t pos[5];
+    int32_t n_rot, mode;
+    float scale;
+} rope_case;
+
+static kiln_tensor *build_rope(kiln_graph *g, void *user) {
+    rope_case *c = user;
+    int64_t nt[1] = {5};
+    kiln_tensor *pos = kiln__graph_leaf(g, "pos", KILN_TYPE_I32, 1, nt, c->pos, KILN_TENSOR_INPUT);
+    return kiln__rope(g, leaf_f32(g, "x", 3, 12, 3, 5, 1, c->x), pos, c->n_rot, c->mode, 10000.0f, c->scale);
+}
+
+static void rope_rotates_normal_and_neox_pairs_with_partial_rotary(void) {
+    static rope_case c = {.pos = {0, 1, 7, 100, 2047}};
+    static float out[12 * 3 * 5];
+    static double ref[12 * 3 * 5];
+    fill_random(c.x, 12 * 3 * 5, 5);
+    for (int k = 0; k < 4; k++) {
+        c.mode = k % 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL;
+        c.n_rot = k < 2 ? 12 : 8;
+        c.scale = k < 2 ? 1.0f : 0.25f;
+        run_all_threads(build_rope, &c, out, 12 * 3 * 5);
+        for (int t = 0; t < 5; t++)
+            for (int h = 0; h < 3; h++) {
+                const float *x = c.x + (t * 3 + h) * 12;
+                double *y = ref + (t * 3 + h) * 12;
+                for (int i = 0; i < 12; i++) y[i] = x[i];
+                for (int i = 0; i < c.n_rot; i += 2) {
+                    double theta = c.pos[t] * (double)c.scale * pow(10000.0, -(double)i / c.n_rot);
+                    int i0 = c.mode == KILN_ROPE_NEOX ? i / 2 : i;
+                    int i1 = c.mode == KILN_ROPE_NEOX ? i / 2 + c.n_rot / 2 : i + 1;
+                    y[i0] = x[i0] * cos(theta) - x[i1] * sin(theta);
+                    y[i1] = x[i0] * sin(theta) + x[i1] * cos(theta);
+                }
+            }
+        /* Single-precision angles at position 2047 limit agreement to ~1e-4. */
+        check_close(out, ref, 12 * 3 * 5, 5e-4, c.mode ? "rope neox" : "rope normal");
+    }
+}
+
+/* ---- attention ---- */
+#define AD 8
+#define AHQ 6
+#define AHK 2
+#define AT 5
+#define AL 9
+
+typedef struct attn_case {
+    float q[AD * AHQ * AT], k[AD * AHK * AL], v[AD * AHK * AL];
+} attn_case;
+
+static kiln_tensor *build_attention(kiln_graph *g, void *user) {
+    attn_case *c = user;
+    return kiln__attention(g, leaf_f32(g, "q", 3, AD, AHQ, AT, 1, c->q), leaf_f32(g, "k", 3, AD, AHK, AL, 1, c->k),
+                           leaf_f32(g, "v", 3, AD, AHK, AL, 1, c->v), AL - AT, 0.35f);
+}
+
+static void attention_is_causal_with_grouped_query_heads(void) {
+    static attn_case c;
+    static float out[AD * AHQ * AT];
+    static double ref[AD * AHQ * AT];
+    fill_random(c.q, sizeof c.q / 4, 6);
+    fill_random(c.k, sizeof c.k / 4, 7);
+    fill_random(c.v, sizeof c.v / 4, 8);
+    run_all_threads(build_attention, &c, out, AD * AHQ * AT);
+    for (int t = 0; t < AT; t++)
+        for (int h = 0; h < AHQ; h++) {
+            int hk = h / (AHQ / AHK), n_keys = AL - AT + t + 1;
+            double s[AL], mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n_keys; j++) {
+                s[j] = 0;
+                for (int i = 0; i < AD; i++) s[j] += (double)c.q[(t * AHQ + h) * AD + i] * c.k[(j * AHK + hk) * AD + i];
+                s[j] *= 0.35;
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < n_keys; j++) sum += exp(s[j] - mx);
+            for (int i = 0; i < AD; i++) {
+                double acc = 0;
+                for (int j = 0; j < n_keys; j++) acc += exp(s[j] - mx) / sum * c.v[(j * AHK + hk) * AD + i];
+                ref[(t * AHQ + h) * AD + i] = acc;
+            }
+        }
+    check_close(out, ref, AD * AHQ * AT, TOL, "attention");
+}
+
+/* ---- views and cont ---- */
+typedef struct view_case {
+    float x[5 * 4 * 3];
+    int which;
+} view_case;
+
+static kiln_tensor *build_view(kiln_graph *g, void *user) {
+    view_case *c = user;
+    kiln_tensor *x = leaf_f32(g, "x", 3, 5, 4, 3, 1, c->x);
+    if (c->which == 0) return kiln__cont(g, kiln__transpose(g, kiln__reshape_2d(g, x, 5, 12)));
+    if (c->which == 1) return kiln__cont(g, kiln__permute(g, x, 2, 0, 1, 3));
+    int64_t ne[2] = {3, 4};
+    size_t nb[2] = {2 * sizeof(float), 5 * sizeof(float)}; /* every other element of the first 3 x 4 */
+    return kiln__cont(g, kiln__view(g, x, 2, ne, nb, sizeof(float)));
+}
+
+static void views_alias_their_base_and_cont_copies_them_densely(void) {
+    static view_case c;
+    static float out[60];
+    static double ref[60];
+    fill_random(c.x, 60, 9);
+    /* transpose of [5, 12]: out[j, i] = x[i, j] with out shape [12, 5] */
+    c.which = 0;
+    run_all_threads(build_view, &c, out, 60);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 12; j++) ref[i * 12 + j] = c.x[j * 5 + i];
+    check_close(out, ref, 60, 0, "transpose");
+    /* permute(2, 0, 1): src dim 0 -> 2, 1 -> 0, 2 -> 1; out shape [4, 3, 5] */
+    c.which = 1;
+    run_all_threads(build_view, &c, out, 60);
+    for (int d0 = 0; d0 < 5; d0++)
+        for (int d1 = 0; d1 < 4; d1++)
+            for (int d2 = 0; d2 < 3; d2++) ref[(d0 * 3 + d2) * 4 + d1] = c.x[(d2 * 4 + d1) * 5 + d0];
+    check_close(out, ref, 60, 0, "permute");
+    c.which = 2;
+    run_all_threads(build_view, &c, out, 12);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 3; i++) ref[r * 3 + i] = c.x[1 + r * 5 + 2 * i];
+    check_close(out, ref, 12, 0, "strided view");
+}
+
+/* ---- cache_write ---- */
+static float cache_data[6 * 10];
+
+static kiln_tensor *build_cache(kiln_graph *g, void *user) {
+    float *x = user;
+    int64_t ne[2] = {6, 10};
+    kiln_tensor *cache = kiln__graph_leaf(g, "cache", KILN_TYPE_F32, 2, ne, cache_data, KILN_TENSOR_CACHE);
+    return kiln__cont(g, kiln__cache_write(g, cache, leaf_f32(g, "x", 2, 6, 3, 1, 1, x), 4));
+}
+
+static void cache_write_appends_rows_and_yields_the_filled_prefix(void) {
+    static float x[18], out[6 * 7];
+    static double ref[6 * 7];
+    fill_random(x, 18, 11);
+    for (int i = 0; i < 60; i++) cache_data[i] = (float)i;
+    run_all_threads(build_cache, x, out, 6 * 7);
+    for (int r = 0; r < 7; r++)
+        for (int i = 0; i < 6; i++) ref[r * 6 + i] = r < 4 ? r * 6 + i : x[(r - 4) * 6 + i];
+    check_close(out, ref, 42, 0, "cache prefix");
+    for (int i = 42; i < 60; i++) CHECK_EQ_INT(cache_data[i], i); /* rows past the write are untouched */
+}
+
+int main(void) {
+    RUN(rms_norm_silu_and_softmax_match_the_reference);
+    RUN(add_and_mul_broadcast_the_second_operand);
+    RUN(matmul_matches_the_reference_for_every_weight_type);
+    RUN(get_rows_dequantizes_the_selected_rows);
+    RUN(rope_rotates_normal_and_neox_pairs_with_partial_rotary);
+    RUN(attention_is_causal_with_grouped_query_heads);
+    RUN(views_alias_their_base_and_cont_copies_them_densely);
+    RUN(cache_write_appends_rows_and_yields_the_filled_prefix);
+    return harness_finish();
+}
