@@ -1,0 +1,171 @@
+/*
+ * test_cli.c - the kiln command-line tool as a user meets it: `kiln run` prints exactly the golden texts
+ * (stdout holds the prompt plus the generation, nothing else), -t 1 and -t 2 agree, every subcommand has
+ * --help, bad usage exits 2 with a one-line message, a missing or broken model exits 1 naming the problem,
+ * tokenize works on vocab-only files and inspect prints metadata as text and JSON.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+typedef struct run_result {
+    char out[8192];
+    char err[8192];
+    int code;
+} run_result;
+
+/* Run the CLI with shell-quoted arguments; capture stdout, stderr and the exit code. */
+static void kiln(run_result *r, const char *args) {
+    char cmd[4096], errpath[512];
+    FILE *p;
+    size_t n;
+    snprintf(errpath, sizeof errpath, "%s/cli_stderr.txt", KILN_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", KILN_CLI_PATH, args, errpath);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    if (!p) return;
+    n = fread(r->out, 1, sizeof r->out - 1, p);
+    r->out[n] = '\0';
+    int status = pclose(p);
+    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char *err = harness_read_file(errpath, &n);
+    snprintf(r->err, sizeof r->err, "%s", err ? err : "");
+    free(err);
+}
+
+static void check_stdout_equals_file(const char *args, const char *golden) {
+    static run_result r;
+    size_t n;
+    char *want = harness_read_file(harness_data_path(golden), &n);
+    kiln(&r, args);
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(want != NULL);
+    if (want && strcmp(r.out, want) != 0)
+        harness_fail(__FILE__, __LINE__, "kiln %s printed:\n%s\n--- expected (%s):\n%s", args, r.out, golden, want);
+    free(want);
+}
+
+static void run_prints_the_bos_only_golden_byte_for_byte(void) {
+    check_stdout_equals_file("run -m '" KILN_MODEL_PATH "' --temp 0 -n 200 -p '' -t 1",
+                             "golden/stories260K_bos_only_200.txt");
+    check_stdout_equals_file("run -m '" KILN_MODEL_PATH "' --temp 0 -n 200 -p '' -t 2",
+                             "golden/stories260K_bos_only_200.txt");
+}
+
+static void run_prints_the_prompt_then_the_golden_continuation(void) {
+    check_stdout_equals_file("run -m '" KILN_MODEL_PATH "' --temp 0 -n 60 -p 'Once upon a time' -t 1",
+                             "golden/stories260K_once_upon_a_time_64.txt");
+    check_stdout_equals_file("run -m '" KILN_MODEL_PATH "' --temp 0 -n 60 -p 'Once upon a time' -t 2",
+                             "golden/stories260K_once_upon_a_time_64.txt");
+}
+
+static void run_reports_timings_on_stderr(void) {
+    static run_result r;
+    kiln(&r, "run -m '" KILN_MODEL_PATH "' -n 5 --seed 7 -p 'Once'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strncmp(r.out, "Once", 4) == 0);
+    CHECK(strstr(r.err, "load") && strstr(r.err, "prompt 2 tokens") && strstr(r.err, "generation 5 tokens"));
+}
+
+static void seeded_sampling_is_reproducible(void) {
+    static run_result a, b;
+    kiln(&a, "run -m '" KILN_MODEL_PATH "' -n 40 --seed 1234 --temp 1.0 -p 'Once upon a time'");
+    kiln(&b, "run -m '" KILN_MODEL_PATH "' -n 40 --seed 1234 --temp 1.0 -p 'Once upon a time' -t 1");
+    CHECK_EQ_INT(a.code, 0);
+    CHECK_STR(a.out, b.out);
+}
+
+static void generation_stops_when_the_context_is_full(void) {
+    static run_result r;
+    kiln(&r, "run -m '" KILN_MODEL_PATH "' --temp 0 -n 100 -c 10 -p 'Once upon a time'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.err, "context full (10 tokens)") != NULL);
+    CHECK(strstr(r.err, "generation 6 tokens") != NULL); /* 5 prompt ids + 5 decoded, the 6th sampled last */
+}
+
+static void every_command_has_help(void) {
+    static const char *cmds[] = {"--help", "run --help", "tokenize --help", "inspect --help"};
+    for (size_t i = 0; i < 4; i++) {
+        static run_result r;
+        kiln(&r, cmds[i]);
+        CHECK_EQ_INT(r.code, 0);
+        CHECK(strstr(r.out, "usage: kiln") != NULL);
+    }
+}
+
+static void bad_usage_exits_2_with_one_line_naming_the_problem(void) {
+    static const struct {
+        const char *args, *fragment;
+    } cases[] = {
+        {"frobnicate", "unknown command 'frobnicate'"},
+        {"run --bogus", "unknown option '--bogus'"},
+        {"run -n", "option -n needs a value"},
+        {"run -n -3", "'-3' is not an integer"},
+        {"run --temp hot", "'hot' is not a number"},
+        {"run -t 0", "'0' is not an integer in 1..1024"},
+        {"tokenize", "missing TEXT"},
+        {"inspect", "missing FILE"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        static run_result r;
+        kiln(&r, cases[i].args);
+        CHECK_EQ_INT(r.code, 2);
+        if (!strstr(r.err, cases[i].fragment))
+            harness_fail(__FILE__, __LINE__, "kiln %s: stderr '%s' lacks '%s'", cases[i].args, r.err, cases[i].fragment);
+        CHECK(strchr(r.err, '\n') == r.err + strlen(r.err) - 1); /* exactly one line */
+    }
+}
+
+static void a_missing_or_broken_model_exits_1_naming_it(void) {
+    static run_result r;
+    kiln(&r, "run -m /nonexistent/model.gguf");
+    CHECK_EQ_INT(r.code, 1);
+    CHECK(strstr(r.err, "/nonexistent/model.gguf") != NULL);
+    kiln(&r, "run -m '" KILN_TEST_DATA "/golden/stories260K_bos_only_200.txt'");
+    CHECK_EQ_INT(r.code, 1);
+    CHECK(strstr(r.err, "magic") != NULL);
+    kiln(&r, "run -m '" KILN_TEST_DATA "/vocab/ggml-vocab-llama-spm.gguf'");
+    CHECK_EQ_INT(r.code, 1);
+    CHECK(strstr(r.err, "required key 'llama.context_length' is missing") != NULL ||
+          strstr(r.err, "is missing") != NULL);
+}
+
+static void tokenize_prints_ids_and_works_on_vocab_only_files(void) {
+    static run_result r;
+    kiln(&r, "tokenize -m '" KILN_MODEL_PATH "' --ids 'Once upon a time'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK_STR(r.out, "1 403 407 261 378\n");
+    kiln(&r, "tokenize -m '" KILN_TEST_DATA "/vocab/ggml-vocab-llama-spm.gguf' --ids --no-bos ' Hello world'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK_STR(r.out, "29871 15043 3186\n");
+    kiln(&r, "tokenize -m '" KILN_MODEL_PATH "' 'Once'");
+    CHECK(strstr(r.out, "403 -> '\xe2\x96\x81Once'") != NULL);
+}
+
+static void inspect_prints_metadata_and_tensors_as_text_and_json(void) {
+    static run_result r;
+    kiln(&r, "inspect '" KILN_MODEL_PATH "'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.out, "version: 3") != NULL);
+    CHECK(strstr(r.out, "llama.embedding_length") != NULL);
+    CHECK(strstr(r.out, "blk.4.ffn_up.weight") != NULL);
+    CHECK(strstr(r.out, "tensors (48)") != NULL);
+    kiln(&r, "inspect --json '" KILN_MODEL_PATH "' | head -c 400");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strncmp(r.out, "{\"version\": 3, \"alignment\": 32", 30) == 0);
+}
+
+int main(void) {
+    RUN(run_prints_the_bos_only_golden_byte_for_byte);
+    RUN(run_prints_the_prompt_then_the_golden_continuation);
+    RUN(run_reports_timings_on_stderr);
+    RUN(seeded_sampling_is_reproducible);
+    RUN(generation_stops_when_the_context_is_full);
+    RUN(every_command_has_help);
+    RUN(bad_usage_exits_2_with_one_line_naming_the_problem);
+    RUN(a_missing_or_broken_model_exits_1_naming_it);
+    RUN(tokenize_prints_ids_and_works_on_vocab_only_files);
+    RUN(inspect_prints_metadata_and_tensors_as_text_and_json);
+    return harness_finish();
+}
