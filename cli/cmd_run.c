@@ -178,7 +178,7 @@ int cmd_run(int argc, char **argv) {
     kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
-    if ((s = kiln_model_load(o.model, &g.model))) return cli_fail("run", s, "loading the model");
+    if ((s = kiln_model_load(o.model, &g.model))) return cli_fail("run", s, NULL);
     cp.n_ctx = (int32_t)o.n_ctx;
     cp.n_threads = (int32_t)o.n_threads;
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");

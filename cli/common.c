@@ -35,7 +35,8 @@ const char *cli_default_model(void) {
 }
 
 int cli_fail(const char *cmd, kiln_status status, const char *what) {
-    fprintf(stderr, "kiln %s: %s: %s (%s)\n", cmd, what, kiln_last_error(), kiln_status_name(status));
+    if (what) fprintf(stderr, "kiln %s: %s: %s (%s)\n", cmd, what, kiln_last_error(), kiln_status_name(status));
+    else fprintf(stderr, "kiln %s: %s (%s)\n", cmd, kiln_last_error(), kiln_status_name(status));
     return CLI_FAIL;
 }
 

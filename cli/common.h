@@ -17,7 +17,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
  * prefix, then the build-time install path, then the source tree's models/ folder. */
 const char *cli_default_model(void);
 
-/* Print "kiln <cmd>: <what>: <kiln_last_error()>" to stderr and return CLI_FAIL. */
+/* Print "kiln <cmd>: <what>: <kiln_last_error()>" (or without "<what>: " when what is NULL) to stderr
+ * and return CLI_FAIL. */
 int cli_fail(const char *cmd, kiln_status status, const char *what);
 /* Print "kiln <cmd>: <message>" plus a hint to use --help, return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
