@@ -304,6 +304,9 @@ typedef struct kiln_sampler_params {
     uint64_t seed;
 } kiln_sampler_params;
 
+/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1 (off), repeat_last_n 64,
+ * seed 0. The chain runs in llama.cpp's order: repeat penalty, top-k, top-p, min-p, temperature, draw
+ * (see docs/tokenizer.md). NaN logits count as -inf. */
 kiln_sampler_params kiln_sampler_params_default(void);
 
 typedef struct kiln_sampler kiln_sampler;
@@ -311,7 +314,8 @@ kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *para
 void kiln_sampler_destroy(kiln_sampler *sampler);
 /* Choose the next token from n_vocab logits (not modified). */
 kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out);
-/* Record a token as part of the history (the prompt and each sampled token) for the repeat penalty. */
+/* Record a token as part of the history (the prompt and each sampled token) for the repeat penalty.
+ * Ids outside [0, n_vocab) are ignored. */
 void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
 
 /* ---------------------------------------------------------------------------------------------------
