@@ -185,7 +185,8 @@ kiln_gguf_type kiln_gguf_kv_type(const kiln_gguf *gguf, int64_t i);
 /* For arrays: the element type and the number of elements. */
 kiln_gguf_type kiln_gguf_arr_type(const kiln_gguf *gguf, int64_t i);
 uint64_t kiln_gguf_arr_len(const kiln_gguf *gguf, int64_t i);
-/* Raw little-endian element storage of a numeric array (NULL for string arrays). */
+/* Raw little-endian element storage of a numeric array, aligned for its element type (NULL for string
+ * arrays); valid while the kiln_gguf is open. */
 const void *kiln_gguf_arr_data(const kiln_gguf *gguf, int64_t i);
 kiln_status kiln_gguf_arr_str(const kiln_gguf *gguf, int64_t i, uint64_t j, kiln_str *out);
 

@@ -1,0 +1,13 @@
+# run_fuzz.cmake - the CTest driver of a bounded fuzz run. Copies the checked-in seeds into a work corpus
+# in the build directory (the repository's corpus is never modified; new inputs accumulate in the work
+# copy across runs), then runs the fuzzer over it. Variables: FUZZER, SEEDS, WORK, ARTIFACTS, DICT, SECONDS.
+file(MAKE_DIRECTORY ${WORK} ${ARTIFACTS})
+file(GLOB seeds ${SEEDS}/*)
+file(COPY ${seeds} DESTINATION ${WORK})
+execute_process(
+  COMMAND ${FUZZER} ${WORK} -max_total_time=${SECONDS} -rss_limit_mb=2048 -timeout=10 -dict=${DICT}
+          -artifact_prefix=${ARTIFACTS}/ -print_final_stats=1
+  RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${FUZZER} failed (exit ${rc}); reproducers are in ${ARTIFACTS}")
+endif()
