@@ -39,5 +39,6 @@ double cli_now_seconds(void);
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 
 #endif

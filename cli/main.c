@@ -13,6 +13,7 @@ static const char usage[] =
     "  run       generate text from a prompt (default model: the bundled stories260K)\n"
     "  tokenize  print the token ids of a text\n"
     "  inspect   print a GGUF file's metadata and tensor table\n"
+    "  synth     write a random-weight llama GGUF of a real model's shape\n"
     "\n"
     "'kiln <command> --help' describes each command. 'kiln --version' prints the version.\n";
 
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s' (see 'kiln --help')\n", argv[1]);
     return CLI_USAGE;
 }
