@@ -30,6 +30,10 @@ static const char run_help[] =
     "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1.0)\n"
     "      --repeat-last-n N  history length for the repeat penalty (default 64)\n"
     "      --seed S           random seed (default: from the clock)\n"
+    "      --passes LIST      graph passes: all, none, or e.g. cse,dce or -fuse_qkv (default all,\n"
+    "                         or $KILN_PASSES)\n"
+    "      --no-fuse          switch off every fusion pass\n"
+    "  -v, --verbose          print the graph compiler's and the planner's figures to stderr\n"
     "  -h, --help             this text\n";
 
 typedef struct run_options {
@@ -40,6 +44,9 @@ typedef struct run_options {
     long n_threads;
     kiln_sampler_params sampling;
     bool seed_given;
+    const char *passes;
+    bool no_fuse;
+    bool verbose;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -52,6 +59,9 @@ static int parse(int argc, char **argv, run_options *o) {
     o->n_threads = 0;
     o->sampling = kiln_sampler_params_default();
     o->seed_given = false;
+    o->passes = NULL;
+    o->no_fuse = false;
+    o->verbose = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -80,6 +90,9 @@ static int parse(int argc, char **argv, run_options *o) {
             o->sampling.repeat_last_n = (int32_t)v;
         else if (!strcmp(a, "--seed") && (ok = cli_arg_u64("run", argc, argv, &i, &o->sampling.seed)))
             o->seed_given = true;
+        else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->passes);
+        else if (!strcmp(a, "--no-fuse")) o->no_fuse = true;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
         else if (!strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") ||
                  !strcmp(a, "--repeat-penalty") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed"))
             ok = false; /* the value was malformed; cli_arg_* has reported it */
@@ -181,6 +194,8 @@ int cmd_run(int argc, char **argv) {
     if ((s = kiln_model_load(o.model, &g.model))) return cli_fail("run", s, NULL);
     cp.n_ctx = (int32_t)o.n_ctx;
     cp.n_threads = (int32_t)o.n_threads;
+    cp.passes = o.passes;
+    cp.no_fuse = o.no_fuse;
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
     if (!rc && (s = kiln_sampler_create(kiln_model_n_vocab(g.model), &o.sampling, &g.sampler)))
         rc = cli_fail("run", s, "creating the sampler");
@@ -191,6 +206,8 @@ int cmd_run(int argc, char **argv) {
     if (!rc && (s = kiln_detok_create(kiln_model_vocab(g.model), o.prompt[0] == '\0', &g.detok)))
         rc = cli_fail("run", s, "creating the detokenizer");
     t_load = cli_now_seconds() - t_load;
+    if (!rc && o.verbose) rc = cli_print_plan_info(g.ctx, (int32_t)g.n_prompt);
+    if (!rc && o.verbose && g.n_prompt != 1) rc = cli_print_plan_info(g.ctx, 1);
     if (!rc) {
         fputs(o.prompt, stdout);
         fflush(stdout);

@@ -109,3 +109,22 @@ double cli_now_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int cli_print_plan_info(kiln_ctx *ctx, int32_t n_tokens) {
+    kiln_plan_info info;
+    kiln_status s = kiln_ctx_plan_info(ctx, n_tokens, &info);
+    if (s) return cli_fail("run", s, "compiling the graph");
+    fprintf(stderr, "kiln: graph for %d token%s: %d nodes -> %d after %d round%s of passes\n", n_tokens,
+            n_tokens == 1 ? "" : "s", info.nodes_before, info.nodes_after, info.rounds, info.rounds == 1 ? "" : "s");
+    for (int32_t i = 0; i < info.n_passes; i++)
+        if (info.passes[i].ran)
+            fprintf(stderr, "  %-16s %4d rewrites, %5d nodes after round 1\n", info.passes[i].name, info.passes[i].rewrites,
+                    info.passes[i].nodes_after);
+    fprintf(stderr,
+            "  planner: %d buffers, naive sum %.3f MB, arena %.3f MB (%.1f%%), %d reused blocks, %d in place;"
+            " folded constants %.3f MB\n",
+            info.n_buffers, (double)info.naive_bytes / 1e6, (double)info.arena_bytes / 1e6,
+            info.naive_bytes ? 100.0 * (double)info.arena_bytes / (double)info.naive_bytes : 0.0, info.n_reused,
+            info.n_inplace, (double)info.const_bytes / 1e6);
+    return CLI_OK;
+}

@@ -18,7 +18,7 @@ static inline void *graph_run(kiln_graph *g, int n_threads, kiln_status *status)
     void *arena = NULL;
     kiln_status s = kiln__graph_order(g);
     if (!s) s = kiln__graph_validate(g);
-    if (!s) s = kiln__plan_measure(g, &size);
+    if (!s) s = kiln__plan_measure(g, &size, NULL);
     if (!s) {
         arena = malloc(size ? size : 1);
         s = arena ? kiln__plan_commit(g, arena, size) : KILN_E_NOMEM;

@@ -51,13 +51,15 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 /* Greedy: prefill the prompt ids, then generate until the sequence has n_total ids. */
-static size_t greedy(const kiln_model *m, int n_threads, const int32_t *prompt, size_t n_prompt, size_t n_total,
-                     int32_t *out) {
+static size_t greedy_passes(const kiln_model *m, int n_threads, const char *passes, const int32_t *prompt,
+                            size_t n_prompt, size_t n_total, int32_t *out) {
     kiln_ctx_params p = kiln_ctx_params_default();
     kiln_ctx *ctx;
     const float *logits;
     size_t n = n_prompt;
     p.n_threads = n_threads;
+    p.passes = passes;
+    p.n_ctx = 256; /* the goldens need 201 positions; the unfused attention spans the whole cache */
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     if (!ctx) return 0;
     memcpy(out, prompt, n_prompt * sizeof *out);
@@ -68,6 +70,11 @@ static size_t greedy(const kiln_model *m, int n_threads, const int32_t *prompt, 
     }
     kiln_ctx_destroy(ctx);
     return n;
+}
+
+static size_t greedy(const kiln_model *m, int n_threads, const int32_t *prompt, size_t n_prompt, size_t n_total,
+                     int32_t *out) {
+    return greedy_passes(m, n_threads, NULL, prompt, n_prompt, n_total, out);
 }
 
 static void check_golden(const char *section, const char *prompt_text) {
@@ -99,6 +106,25 @@ static void greedy_from_bos_reproduces_the_200_golden_tokens(void) { check_golde
 
 static void greedy_from_once_upon_a_time_reproduces_the_golden_tokens(void) {
     check_golden("\"once_upon_a_time_64\"", "Once upon a time");
+}
+
+/* The goldens hold whatever the graph compiler does: no passes, all, and all but each fusion. */
+static void the_goldens_hold_with_passes_on_off_and_each_fusion_removed(void) {
+    static const char *const sets[] = {"none", "all", "-fuse_attention", "-fuse_qkv", "-fuse_swiglu",
+                                       "-fuse_rms_norm", "-fuse_linear", "-const_fold", "-simplify,-absorb"};
+    kiln_model *m;
+    golden g = {0};
+    int32_t ids[256];
+    load_golden("\"bos_only_200\"", &g);
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    if (!m) return;
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+        size_t n = greedy_passes(m, 2, sets[k], g.prompt, g.n_prompt, g.n_ids, ids);
+        CHECK_EQ_INT(n, g.n_ids);
+        if (memcmp(ids, g.ids, g.n_ids * sizeof *ids) != 0)
+            harness_fail(__FILE__, __LINE__, "passes '%s': the greedy ids differ from the golden", sets[k]);
+    }
+    kiln_model_destroy(m);
 }
 
 static void batched_prefill_matches_token_by_token_decoding(void) {
@@ -187,6 +213,7 @@ static void a_warmed_up_decode_step_allocates_nothing(void) {
 int main(void) {
     RUN(greedy_from_bos_reproduces_the_200_golden_tokens);
     RUN(greedy_from_once_upon_a_time_reproduces_the_golden_tokens);
+    RUN(the_goldens_hold_with_passes_on_off_and_each_fusion_removed);
     RUN(batched_prefill_matches_token_by_token_decoding);
     RUN(a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing);
     RUN(a_warmed_up_decode_step_allocates_nothing);

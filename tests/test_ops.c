@@ -180,6 +180,15 @@ static kiln_tensor *build_matmul(kiln_graph *g, void *user) {
     return kiln__matmul(g, w, leaf_f32(g, "x", 3, c->k, MM, 4, 1, c->x));
 }
 
+/* Quantized weights multiply activations rounded to 8 bits per 32-block, as llama.cpp does: x is taken as
+ * d * round-half-even(x / d) with d = max|x| / 127 over its block. */
+static double q8_activation(const float *row, int k) {
+    float amax = 0.0f;
+    for (int i = k / 32 * 32; i < k / 32 * 32 + 32; i++) amax = fmaxf(amax, fabsf(row[i]));
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    return (double)d * nearbyintf(row[k] * id);
+}
+
 static void matmul_matches_the_reference_for_every_weight_type(void) {
     static const kiln_type types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0};
     static matmul_case c;
@@ -198,7 +207,11 @@ static void matmul_matches_the_reference_for_every_weight_type(void) {
                 CHECK_OK(kiln_dequantize(c.type, c.w + ((size_t)(b / 2) * MN + n) * row_bytes, wf, c.k));
                 for (int m = 0; m < MM; m++) {
                     double acc = 0;
-                    for (int k = 0; k < c.k; k++) acc += (double)wf[k] * c.x[(b * MM + m) * c.k + k];
+                    for (int k = 0; k < c.k; k++) {
+                        const float *xr = &c.x[(b * MM + m) * c.k];
+                        bool q8 = c.type == KILN_TYPE_Q8_0 || c.type == KILN_TYPE_Q4_0;
+                        acc += (double)wf[k] * (q8 ? q8_activation(xr, k) : xr[k]);
+                    }
                     ref[(b * MM + m) * MN + n] = acc;
                 }
             }
@@ -380,16 +393,48 @@ static kiln_tensor *build_cache(kiln_graph *g, void *user) {
     return kiln__cont(g, kiln__cache_write(g, cache, leaf_f32(g, "x", 2, 6, 3, 1, 1, x), 4));
 }
 
-static void cache_write_appends_rows_and_yields_the_filled_prefix(void) {
-    static float x[18], out[6 * 7];
-    static double ref[6 * 7];
+static void cache_write_writes_rows_at_the_position_and_yields_the_whole_cache(void) {
+    static float x[18], out[6 * 10];
+    static double ref[6 * 10];
     fill_random(x, 18, 11);
     for (int i = 0; i < 60; i++) cache_data[i] = (float)i;
-    run_all_threads(build_cache, x, out, 6 * 7);
-    for (int r = 0; r < 7; r++)
-        for (int i = 0; i < 6; i++) ref[r * 6 + i] = r < 4 ? r * 6 + i : x[(r - 4) * 6 + i];
-    check_close(out, ref, 42, 0, "cache prefix");
-    for (int i = 42; i < 60; i++) CHECK_EQ_INT(cache_data[i], i); /* rows past the write are untouched */
+    run_all_threads(build_cache, x, out, 6 * 10);
+    for (int r = 0; r < 10; r++)
+        for (int i = 0; i < 6; i++) ref[r * 6 + i] = r >= 4 && r < 7 ? x[(r - 4) * 6 + i] : r * 6 + i;
+    check_close(out, ref, 60, 0, "cache"); /* rows outside [4, 7) are untouched */
+}
+
+/* ---- set and acc ---- */
+typedef struct set_case {
+    float d[12 * 5], x[4 * 2];
+    bool acc;
+} set_case;
+
+static kiln_tensor *build_set(kiln_graph *g, void *user) {
+    set_case *c = user;
+    size_t nb[3] = {12 * sizeof(float), 0, 0};
+    kiln_tensor *d = leaf_f32(g, "d", 2, 12, 5, 1, 1, c->d), *x = leaf_f32(g, "x", 2, 4, 2, 1, 1, c->x);
+    size_t off = (1 * 12 + 3) * sizeof(float);
+    return c->acc ? kiln__acc(g, d, x, nb, off) : kiln__set(g, d, x, nb, off);
+}
+
+static void set_and_acc_replace_or_add_into_a_region(void) {
+    static set_case c;
+    static float out[60];
+    static double ref[60];
+    fill_random(c.d, 60, 12);
+    fill_random(c.x, 8, 13);
+    for (int k = 0; k < 2; k++) {
+        c.acc = k == 1;
+        run_all_threads(build_set, &c, out, 60);
+        for (int i = 0; i < 60; i++) ref[i] = c.d[i];
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 4; i++) {
+                int at = (1 + r) * 12 + 3 + i;
+                ref[at] = c.acc ? (double)c.d[at] + c.x[r * 4 + i] : c.x[r * 4 + i];
+            }
+        check_close(out, ref, 60, 1e-7, c.acc ? "acc" : "set");
+    }
 }
 
 int main(void) {
@@ -400,6 +445,7 @@ int main(void) {
     RUN(rope_rotates_normal_and_neox_pairs_with_partial_rotary);
     RUN(attention_is_causal_with_grouped_query_heads);
     RUN(views_alias_their_base_and_cont_copies_them_densely);
-    RUN(cache_write_appends_rows_and_yields_the_filled_prefix);
+    RUN(cache_write_writes_rows_at_the_position_and_yields_the_whole_cache);
+    RUN(set_and_acc_replace_or_add_into_a_region);
     return harness_finish();
 }

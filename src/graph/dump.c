@@ -26,3 +26,29 @@ void kiln__graph_dump(const kiln_graph *g, void (*write)(void *user, const char 
         write(user, line);
     }
 }
+
+static bool fused(kiln_op op) { return op >= KILN_OP_LINEAR || op == KILN_OP_ATTENTION; }
+
+void kiln__graph_dump_dot(const kiln_graph *g, void (*write)(void *user, const char *line), void *user) {
+    char line[512], shp[96];
+    write(user, "digraph kiln {");
+    write(user, "  rankdir=TB; node [fontname=\"monospace\", fontsize=10];");
+    for (int32_t i = 0; i < g->n_order; i++) {
+        const kiln_tensor *t = g->order[i];
+        print_shape(shp, sizeof shp, t);
+        snprintf(line, sizeof line, "  t%d [label=\"%s\\n%s\\n%s\"%s];", t->id, t->name, kiln__op_name(t->op), shp,
+                 kiln__op_is_view(t->op) ? ", style=dashed" : fused(t->op) ? ", style=filled, fillcolor=lightblue" : "");
+        write(user, line);
+        for (int k = 0; k < KILN_MAX_SRC; k++) {
+            const kiln_tensor *s = t->src[k];
+            if (!s) continue;
+            if (s->op == KILN_OP_NONE) {
+                snprintf(line, sizeof line, "  t%d [label=\"%s\", shape=box, color=gray];", s->id, s->name);
+                write(user, line);
+            }
+            snprintf(line, sizeof line, "  t%d -> t%d;", s->id, t->id);
+            write(user, line);
+        }
+    }
+    write(user, "}");
+}

@@ -22,7 +22,8 @@ kiln_status kiln__graph_create(int32_t capacity, kiln_graph **out) {
     g->outputs = kiln__alloc_array((size_t)capacity, sizeof *g->outputs);
     g->mark = kiln__alloc_array((size_t)capacity, sizeof *g->mark);
     g->stack = kiln__alloc_array((size_t)capacity, sizeof *g->stack);
-    if (!g->tensors || !g->order || !g->outputs || !g->mark || !g->stack) {
+    g->uses = kiln__alloc_array((size_t)capacity, sizeof *g->uses);
+    if (!g->tensors || !g->order || !g->outputs || !g->mark || !g->stack || !g->uses) {
         kiln__graph_destroy(g);
         return kiln__nomem("a graph's tensor pool");
     }
@@ -38,6 +39,7 @@ void kiln__graph_destroy(kiln_graph *g) {
     kiln__dealloc(g->outputs);
     kiln__dealloc(g->mark);
     kiln__dealloc(g->stack);
+    kiln__dealloc(g->uses);
     kiln__dealloc(g);
 }
 

@@ -41,20 +41,45 @@ typedef enum kiln_op {
     KILN_OP_MATMUL,       /* src0 W [K, N, b2, b3] (any supported type), src1 X F32 [K, M, B2, B3]
                            * -> F32 [N, M, B2, B3]; W broadcast over batch dims (B2 % b2 == 0) */
     KILN_OP_ROPE,         /* src0 F32 [D, H, T], src1 positions I32 [T] -> rotated; i[0] = n_rot,
-                           * i[1] = mode (KILN_ROPE_NORMAL / KILN_ROPE_NEOX), f[0] = base, f[1] = scale */
+                           * i[1] = mode (KILN_ROPE_NORMAL / KILN_ROPE_NEOX), f[0] = base, f[1] = scale;
+                           * optional src2 F32 [n_rot / 2]: per-pair frequency divisors (Llama 3) */
     KILN_OP_ATTENTION,    /* src0 q [D, Hq, T], src1 k [D, Hkv, L], src2 v [D, Hkv, L], all F32, Hq % Hkv
                            * == 0 -> [D, Hq, T]; causal: query t sees keys j <= i[0] + t; f[0] = scale */
     KILN_OP_SILU,         /* src0 F32 -> x * sigmoid(x) */
     KILN_OP_SOFTMAX,      /* src0 F32 -> softmax(f[0] * x) along dim 0 */
-    KILN_OP_RESHAPE,      /* view: same bytes, new shape (src must be contiguous) */
+    KILN_OP_RESHAPE,      /* view: same elements, new shape; strides derived from the source's when
+                           * the source is not contiguous but the regrouping allows it */
     KILN_OP_VIEW,         /* view: new shape and strides at a byte offset into src */
     KILN_OP_PERMUTE,      /* view: dims reordered; i[0..3] = where each src dim goes */
     KILN_OP_TRANSPOSE,    /* view: dims 0 and 1 swapped */
     KILN_OP_CONT,         /* src0 any F32 layout -> contiguous copy */
     KILN_OP_CACHE_WRITE,  /* src0 F32 [W, T] written into rows [i[0], i[0] + T) of src1, a cache leaf
-                           * [W, C]; the result is the view of rows [0, i[0] + T) of the cache */
+                           * [W, C]; the result is a view of the whole cache [W, C] */
+    KILN_OP_SCALE,        /* src0 F32 -> f[0] * x + f[1] */
+    KILN_OP_TANH,         /* src0 F32 -> tanh(x) */
+    KILN_OP_RELU,         /* src0 F32 -> max(x, 0) */
+    KILN_OP_DIAG_MASK_INF,/* src0 F32 [L, T, ...] -> x, with element (j, t) = -inf where j > i[0] + t, and
+                           * with i[1] = W > 0 (sliding window) also where j < i[0] + t - W + 1 */
+    KILN_OP_CONCAT,       /* src0..srcN-1 (2 to 4) [K, Ni] of one type -> [K, sum Ni]: the rows of each
+                           * source after the rows of the previous one (any type: rows copied as bytes) */
+    KILN_OP_SET,          /* a copy of src0 (F32, contiguous) with the region at byte offset `offset`,
+                           * shaped like src1 with strides nb1..nb3 = i[0..2], replaced by src1 */
+    /* Fused ops, produced by the passes in graph/passes/ (builders emit the plain forms). */
+    KILN_OP_LINEAR,       /* f[0] * op(src0) . src1 (+ src2 bias [N]), then activation i[0]; i[1] =
+                           * KILN_LINEAR_TRANS0 when src0 is [N, K] read transposed (F32 only) */
+    KILN_OP_ADD_ACT,      /* activation i[0] of (src0 + src1), broadcast as ADD */
+    KILN_OP_RMS_NORM_MUL, /* rms_norm(src0, f[0]) * src1 (src1 broadcast as MUL) */
+    KILN_OP_SWIGLU,       /* silu(src0) * src1, same shapes */
+    KILN_OP_GELU,         /* src0 F32 -> 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+    KILN_OP_ACC,          /* as SET, but src1 is added into the region: set(d, view(d) + x) in one pass,
+                           * in place when src0 dies here */
+    KILN_OP_NORM,         /* src0 F32 [n, ...] -> (x - mean(x)) / sqrt(var(x) + eps) per row; f[0] = eps */
     KILN_OP_COUNT
 } kiln_op;
+
+/* Activations of the fused ops. */
+enum { KILN_ACT_NONE = 0, KILN_ACT_RELU = 1, KILN_ACT_GELU = 2, KILN_ACT_SILU = 3 };
+enum { KILN_LINEAR_TRANS0 = 1 };
 
 enum { KILN_ROPE_NORMAL = 0, KILN_ROPE_NEOX = 2 };
 
@@ -63,6 +88,9 @@ enum kiln_tensor_flags {
     KILN_TENSOR_OUTPUT = 1u << 1, /* read by the caller after compute; never overwritten */
     KILN_TENSOR_WEIGHT = 1u << 2, /* model weight (read-only mapping) */
     KILN_TENSOR_CACHE = 1u << 3,  /* persistent state written by the graph (KV cache) */
+    KILN_TENSOR_NPAST = 1u << 4,  /* ip[0] is the KV position of the batch: a run-time argument that the
+                                   * executor sets before each run, so one plan serves every position */
+    KILN_TENSOR_CONST = 1u << 5,  /* a constant leaf made by constant folding (owned by the plan) */
 };
 
 typedef struct kiln_tensor kiln_tensor;
@@ -77,6 +105,9 @@ struct kiln_tensor {
     float fp[KILN_MAX_FPARAMS];
     kiln_tensor *view_src; /* for views: the tensor whose bytes this one aliases (never itself a view) */
     size_t view_offset;    /* byte offset into view_src's data */
+    size_t offset;         /* for views: byte offset relative to src[0] (view_offset accumulates these) */
+    size_t plan_offset;    /* for computed nodes: where the planner put the result in the arena */
+    int32_t plan_inplace;  /* id of the source whose memory the planner reused in place, or -1 */
     uint32_t flags;
     int32_t id;            /* index in the graph's tensor pool */
     void *data;            /* leaves: set by the builder; nodes: set by the plan */
@@ -125,6 +156,36 @@ kiln_tensor *kiln__permute(kiln_graph *g, kiln_tensor *x, int32_t a0, int32_t a1
 kiln_tensor *kiln__transpose(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__cont(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, int32_t pos0);
+kiln_tensor *kiln__scale(kiln_graph *g, kiln_tensor *x, float scale, float bias);
+kiln_tensor *kiln__tanh(kiln_graph *g, kiln_tensor *x);
+kiln_tensor *kiln__relu(kiln_graph *g, kiln_tensor *x);
+kiln_tensor *kiln__diag_mask_inf(kiln_graph *g, kiln_tensor *x, int32_t n_past);
+/* The causal mask that also hides keys more than `window` positions back (window 0: none). */
+kiln_tensor *kiln__diag_mask_inf_window(kiln_graph *g, kiln_tensor *x, int32_t n_past, int32_t window);
+/* Rope with per-pair frequency divisors `factors` (F32 [n_rot / 2]; NULL: as kiln__rope). */
+kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kiln_tensor *factors, int32_t n_rot,
+                            int32_t mode, float freq_base, float freq_scale);
+/* LayerNorm without its affine part (builders multiply by the weight and add the bias as plain ops). */
+kiln_tensor *kiln__norm(kiln_graph *g, kiln_tensor *x, float eps);
+kiln_tensor *kiln__concat(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c); /* c may be NULL */
+/* set/acc: the region of dst at byte offset `offset` with x's shape and strides nb[0..2] (= nb1..nb3). */
+kiln_tensor *kiln__set(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset);
+/* Fused ops (the passes create them; tests and future builders may too). */
+kiln_tensor *kiln__linear(kiln_graph *g, kiln_tensor *w, kiln_tensor *x, kiln_tensor *bias, float alpha,
+                          int32_t act, int32_t flags);
+kiln_tensor *kiln__add_act(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, int32_t act);
+kiln_tensor *kiln__rms_norm_mul(kiln_graph *g, kiln_tensor *x, kiln_tensor *w, float eps);
+kiln_tensor *kiln__swiglu(kiln_graph *g, kiln_tensor *gate, kiln_tensor *up);
+kiln_tensor *kiln__gelu(kiln_graph *g, kiln_tensor *x);
+kiln_tensor *kiln__acc(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset);
+
+/* The plain (unfused) tanh-approximation GELU, as builders emit it: 8 nodes that the GELU fusion
+ * recognizes. */
+kiln_tensor *kiln__gelu_unfused(kiln_graph *g, kiln_tensor *x);
+
+/* Re-derive a view's base, offset and (for reshape, permute, transpose) strides from its current
+ * src[0], after a rewrite changed that source. Fails if the view is no longer possible. */
+kiln_status kiln__view_refresh(kiln_tensor *t);
 
 /* Convenience reshapes. */
 kiln_tensor *kiln__reshape_2d(kiln_graph *g, kiln_tensor *x, int64_t ne0, int64_t ne1);
@@ -148,6 +209,17 @@ kiln_tensor *kiln__graph_tensor(const kiln_graph *g, int32_t i);
 int32_t kiln__graph_n_outputs(const kiln_graph *g);
 kiln_tensor *kiln__graph_output(const kiln_graph *g, int32_t i);
 
+/* ---- Rewriting (used by the passes in graph/passes/) ----
+ * Count, for every tensor, how many nodes of the current order read it (outputs count once more). */
+void kiln__graph_count_uses(kiln_graph *g);
+/* Uses counted by the last kiln__graph_count_uses. */
+int32_t kiln__graph_uses(const kiln_graph *g, const kiln_tensor *t);
+/* Make every reader of `old` (and the outputs list) read `repl` instead, then recompute the order and
+ * re-derive every view. `repl` itself keeps its sources. */
+kiln_status kiln__graph_replace(kiln_graph *g, kiln_tensor *old, kiln_tensor *repl);
+/* A new node that copies `proto`'s op, sources and parameters, with its shape inferred and checked. */
+kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto);
+
 /* Properties used by kernels and the planner. */
 int64_t kiln__tensor_nelements(const kiln_tensor *t);
 int64_t kiln__tensor_nrows(const kiln_tensor *t); /* ne[1] * ne[2] * ne[3] */
@@ -159,5 +231,7 @@ size_t kiln__tensor_nbytes(const kiln_tensor *t);
 
 /* Write a readable listing of the execution order: one line per node with op, shape, type, sources. */
 void kiln__graph_dump(const kiln_graph *g, void (*write)(void *user, const char *line), void *user);
+/* The same as Graphviz DOT: leaves as boxes, views dashed, fused ops filled. */
+void kiln__graph_dump_dot(const kiln_graph *g, void (*write)(void *user, const char *line), void *user);
 
 #endif

@@ -16,6 +16,7 @@ struct kiln_graph {
     int32_t n_outputs;
     uint8_t *mark;        /* scratch for ordering [capacity] */
     kiln_tensor **stack;  /* scratch for ordering [capacity] */
+    int32_t *uses;        /* consumers of each tensor in the order, by id [capacity] (kiln__graph_count_uses) */
     kiln_status status;   /* sticky: first builder error */
 };
 

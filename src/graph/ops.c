@@ -21,7 +21,11 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_ROPE] = "rope",         [KILN_OP_ATTENTION] = "attention", [KILN_OP_SILU] = "silu",
     [KILN_OP_SOFTMAX] = "softmax",   [KILN_OP_RESHAPE] = "reshape",   [KILN_OP_VIEW] = "view",
     [KILN_OP_PERMUTE] = "permute",   [KILN_OP_TRANSPOSE] = "transpose", [KILN_OP_CONT] = "cont",
-    [KILN_OP_CACHE_WRITE] = "cache_write",
+    [KILN_OP_CACHE_WRITE] = "cache_write", [KILN_OP_SCALE] = "scale",   [KILN_OP_TANH] = "tanh",
+    [KILN_OP_RELU] = "relu",         [KILN_OP_DIAG_MASK_INF] = "diag_mask_inf", [KILN_OP_CONCAT] = "concat",
+    [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
+    [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",
+    [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
 };
 
 const char *kiln__op_name(kiln_op op) {
@@ -76,6 +80,8 @@ static size_t extent_bytes(const kiln_tensor *t) {
     return e;
 }
 
+static bool reshape_strides(const kiln_tensor *x, const int64_t ne[KILN_MAX_DIMS], size_t nb[KILN_MAX_DIMS]);
+
 static kiln_status infer_view(const kiln_tensor *t, shape *out) {
     const kiln_tensor *x = t->src[0];
     const kiln_tensor *base = t->view_src;
@@ -85,9 +91,16 @@ static kiln_status infer_view(const kiln_tensor *t, shape *out) {
     if (t->type != x->type) return bad(t, "view changes the type", x, NULL);
     if (kiln__add_overflow_size(t->view_offset, extent_bytes(t), &end) || end > kiln__tensor_nbytes(base))
         return bad(t, "view reaches outside its base", t, base);
-    if (t->op == KILN_OP_RESHAPE &&
-        (!kiln__tensor_is_contiguous(x) || kiln__tensor_nelements(x) != kiln__tensor_nelements(t)))
-        return bad(t, "reshape needs a contiguous source with the same element count", x, t);
+    if (t->op == KILN_OP_RESHAPE) {
+        size_t nb[KILN_MAX_DIMS];
+        if (kiln__tensor_nelements(x) != kiln__tensor_nelements(t) || !reshape_strides(x, t->ne, nb) ||
+            memcmp(nb, t->nb, sizeof nb) != 0)
+            return bad(t, "reshape needs a source whose layout allows the new shape", x, t);
+    }
+    if (t->op == KILN_OP_PERMUTE || t->op == KILN_OP_TRANSPOSE)
+        for (int d = 0; d < KILN_MAX_DIMS; d++)
+            if (t->ip[d] < 0 || t->ip[d] > 3 || t->ne[t->ip[d]] != x->ne[d] || t->nb[t->ip[d]] != x->nb[d])
+                return bad(t, "permuted shape does not match the source", x, t);
     shape_of(t, out);
     return KILN_OK;
 }
@@ -133,6 +146,9 @@ static kiln_status infer_rope(const kiln_tensor *t, shape *out) {
     if (t->ip[1] != KILN_ROPE_NORMAL && t->ip[1] != KILN_ROPE_NEOX) return bad(t, "unknown rope mode", x, NULL);
     if (!(t->fp[0] > 0.0f) || !isfinite(t->fp[0]) || !(t->fp[1] > 0.0f) || !isfinite(t->fp[1]))
         return bad(t, "frequency base and scale must be positive", x, NULL);
+    if (t->src[2] && (t->src[2]->type != KILN_TYPE_F32 || !kiln__tensor_is_contiguous(t->src[2]) ||
+                      kiln__tensor_nelements(t->src[2]) != t->ip[0] / 2))
+        return bad(t, "frequency factors must be f32 [n_rot / 2], contiguous", t->src[2], NULL);
     shape_of(x, out);
     return KILN_OK;
 }
@@ -164,11 +180,66 @@ static kiln_status infer_cache_write(const kiln_tensor *t, shape *out) {
         return bad(t, "destination must be a 2-D f32 cache leaf", cache, NULL);
     if (x->ne[0] != cache->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) return bad(t, "row widths differ", x, cache);
     if (t->ip[0] < 0 || t->ip[0] + x->ne[1] > cache->ne[1]) return bad(t, "rows reach past the cache", x, cache);
-    out->type = cache->type;
-    out->n_dims = 2;
-    out->ne[0] = cache->ne[0];
-    out->ne[1] = t->ip[0] + x->ne[1];
-    out->ne[2] = out->ne[3] = 1;
+    shape_of(cache, out);
+    return KILN_OK;
+}
+
+static kiln_status infer_linear(const kiln_tensor *t, shape *out) {
+    const kiln_tensor *w = t->src[0], *x = t->src[1], *bias = t->src[2];
+    bool trans = (t->ip[1] & KILN_LINEAR_TRANS0) != 0;
+    kiln_status s = need_f32(t, x);
+    if (s) return s;
+    if (trans ? (w->type != KILN_TYPE_F32 || w->nb[0] != sizeof(float)) : (s = need_weight_type(t, w)) != KILN_OK)
+        return s ? s : bad(t, "a transposed operand must be f32 with contiguous rows", w, NULL);
+    if (x->nb[0] != sizeof(float)) return bad(t, "activation rows must be contiguous", x, NULL);
+    if ((trans ? w->ne[1] : w->ne[0]) != x->ne[0]) return bad(t, "inner dimensions differ", w, x);
+    if (x->ne[2] % w->ne[2] != 0 || x->ne[3] % w->ne[3] != 0)
+        return bad(t, "weight batch dims do not broadcast", w, x);
+    if (t->ip[0] < KILN_ACT_NONE || t->ip[0] > KILN_ACT_SILU) return bad(t, "unknown activation", x, NULL);
+    out->type = KILN_TYPE_F32;
+    out->n_dims = KILN__MAX(2, x->n_dims);
+    out->ne[0] = trans ? w->ne[0] : w->ne[1];
+    out->ne[1] = x->ne[1];
+    out->ne[2] = x->ne[2];
+    out->ne[3] = x->ne[3];
+    if (bias && (bias->type != KILN_TYPE_F32 || bias->ne[0] != out->ne[0] ||
+                 kiln__tensor_nelements(bias) != bias->ne[0] || bias->nb[0] != sizeof(float)))
+        return bad(t, "bias must be f32 [N]", bias, NULL);
+    return KILN_OK;
+}
+
+static kiln_status infer_concat(const kiln_tensor *t, shape *out) {
+    const kiln_tensor *a = t->src[0];
+    int64_t rows = 0;
+    if (!t->src[1]) return bad(t, "needs at least two operands", a, NULL);
+    for (int i = 0; i < KILN_MAX_SRC && t->src[i]; i++) {
+        const kiln_tensor *b = t->src[i];
+        if (a->type != b->type) return bad(t, "operands differ in type", a, b);
+        if (a->ne[0] != b->ne[0] || b->ne[2] != 1 || b->ne[3] != 1)
+            return bad(t, "operands must be 2-D with equal rows", a, b);
+        if (!kiln__tensor_is_contiguous(b)) return bad(t, "operands must be contiguous", b, NULL);
+        rows += b->ne[1];
+    }
+    *out = (shape){a->type, 2, {a->ne[0], rows, 1, 1}};
+    return KILN_OK;
+}
+
+/* The region of set/acc: src1's shape with strides (4, i[0], i[1], i[2]) at byte `offset` of src0. */
+static kiln_status infer_set(const kiln_tensor *t, shape *out) {
+    const kiln_tensor *d = t->src[0], *x = t->src[1];
+    kiln_status s = need_f32(t, d);
+    size_t extent = sizeof(float) * (size_t)x->ne[0], end;
+    if (!s) s = need_f32(t, x);
+    if (s) return s;
+    if (!kiln__tensor_is_contiguous(d)) return bad(t, "destination must be contiguous", d, NULL);
+    if (x->nb[0] != sizeof(float)) return bad(t, "source rows must be contiguous", x, NULL);
+    for (int k = 0; k < 3; k++) {
+        if (t->ip[k] < 0) return bad(t, "negative region stride", x, NULL);
+        extent += (size_t)(x->ne[k + 1] - 1) * (size_t)t->ip[k];
+    }
+    if (t->offset % sizeof(float) || kiln__add_overflow_size(t->offset, extent, &end) || end > kiln__tensor_nbytes(d))
+        return bad(t, "region reaches outside the destination", x, d);
+    shape_of(d, out);
     return KILN_OK;
 }
 
@@ -184,17 +255,39 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
         *out = (shape){KILN_TYPE_F32, 2, {x->ne[0], t->src[1]->ne[0], 1, 1}};
         return KILN_OK;
     case KILN_OP_RMS_NORM:
+    case KILN_OP_NORM:
         if (!(t->fp[0] >= 0.0f) || !isfinite(t->fp[0])) return bad(t, "eps must be finite and >= 0", x, NULL);
         /* fall through */
     case KILN_OP_SILU:
     case KILN_OP_SOFTMAX:
+    case KILN_OP_SCALE:
+    case KILN_OP_TANH:
+    case KILN_OP_RELU:
+    case KILN_OP_GELU:
+    case KILN_OP_DIAG_MASK_INF:
     case KILN_OP_CONT:
+        if (t->op == KILN_OP_DIAG_MASK_INF && t->ip[1] < 0) return bad(t, "window must be >= 0", x, NULL);
         if ((s = need_f32(t, x))) return s;
         if (t->op != KILN_OP_CONT && x->nb[0] != sizeof(float)) return bad(t, "rows must be contiguous", x, NULL);
         shape_of(x, out);
         return KILN_OK;
+    case KILN_OP_ADD_ACT:
+        if (t->ip[0] < KILN_ACT_NONE || t->ip[0] > KILN_ACT_SILU) return bad(t, "unknown activation", x, NULL);
+        /* fall through */
     case KILN_OP_ADD:
     case KILN_OP_MUL: return infer_binary(t, out);
+    case KILN_OP_RMS_NORM_MUL:
+        if (!(t->fp[0] >= 0.0f) || !isfinite(t->fp[0])) return bad(t, "eps must be finite and >= 0", x, NULL);
+        if (x->nb[0] != sizeof(float)) return bad(t, "rows must be contiguous", x, NULL);
+        return infer_binary(t, out);
+    case KILN_OP_SWIGLU:
+        if ((s = infer_binary(t, out))) return s;
+        if (memcmp(x->ne, t->src[1]->ne, sizeof x->ne) != 0) return bad(t, "gate and up shapes differ", x, t->src[1]);
+        return KILN_OK;
+    case KILN_OP_LINEAR: return infer_linear(t, out);
+    case KILN_OP_CONCAT: return infer_concat(t, out);
+    case KILN_OP_SET:
+    case KILN_OP_ACC: return infer_set(t, out);
     case KILN_OP_MATMUL: return infer_matmul(t, out);
     case KILN_OP_ROPE: return infer_rope(t, out);
     case KILN_OP_ATTENTION: return infer_attention(t, out);
@@ -292,6 +385,14 @@ kiln_tensor *kiln__rope(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, int32_t
     return make_node(g, KILN_OP_ROPE, x, pos, NULL, ip, 2, fp, 2);
 }
 
+kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kiln_tensor *factors, int32_t n_rot,
+                            int32_t mode, float freq_base, float freq_scale) {
+    int32_t ip[2] = {n_rot, mode};
+    float fp[2] = {freq_base, freq_scale};
+    NEED(pos, KILN_OP_ROPE);
+    return make_node(g, KILN_OP_ROPE, x, pos, factors, ip, 2, fp, 2);
+}
+
 kiln_tensor *kiln__attention(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, int32_t pos0,
                              float scale) {
     NEED(k, KILN_OP_ATTENTION);
@@ -311,29 +412,103 @@ kiln_tensor *kiln__cont(kiln_graph *g, kiln_tensor *x) {
     return make_node(g, KILN_OP_CONT, x, NULL, NULL, NULL, 0, NULL, 0);
 }
 
-/* Views: the caller gives the shape and strides; the node aliases the root base's bytes. */
+/* ---- Views ----
+ * A view records its own offset relative to src[0] and, for reshape/permute/transpose, derives its
+ * strides from src[0]; view_src and view_offset resolve the chain to the root tensor that owns bytes.
+ * kiln__view_refresh() re-derives all of it after a rewrite replaced src[0]. */
+
+/* Strides for viewing x with shape ne without copying, when the regrouping of dimensions allows it
+ * (each group of new dims spans whole old dims that are laid out contiguously among themselves). */
+static bool reshape_strides(const kiln_tensor *x, const int64_t ne[KILN_MAX_DIMS], size_t nb[KILN_MAX_DIMS]) {
+    int oi = 0, ni = 0;
+    if (kiln__tensor_is_contiguous(x)) {
+        const kiln_type_traits *tr = kiln__type_traits(x->type);
+        nb[0] = tr->block_bytes;
+        nb[1] = tr->block_bytes * (size_t)(ne[0] / tr->block_elems);
+        for (int d = 2; d < KILN_MAX_DIMS; d++) nb[d] = nb[d - 1] * (size_t)ne[d - 1];
+        return ne[0] % tr->block_elems == 0;
+    }
+    if (kiln__type_traits(x->type)->block_elems != 1) return false;
+    while (ni < KILN_MAX_DIMS && oi < KILN_MAX_DIMS) {
+        int nj = ni + 1, oj = oi + 1;
+        int64_t np = ne[ni], op = x->ne[oi];
+        size_t base = 0;
+        while (np != op) {
+            if (np < op) {
+                if (nj >= KILN_MAX_DIMS) return false;
+                np *= ne[nj++];
+            } else {
+                if (oj >= KILN_MAX_DIMS) return false;
+                op *= x->ne[oj++];
+            }
+        }
+        /* Old dims oi..oj-1 must chain: each non-trivial dim's stride is the previous one's span. */
+        for (int k = oi, prev = -1; k < oj; k++) {
+            if (x->ne[k] == 1) continue;
+            if (prev >= 0 && x->nb[k] != x->nb[prev] * (size_t)x->ne[prev]) return false;
+            if (prev < 0) base = x->nb[k];
+            prev = k;
+        }
+        if (!base) base = x->nb[oi];
+        nb[ni] = base;
+        for (int k = ni + 1; k < nj; k++) nb[k] = nb[k - 1] * (size_t)ne[k - 1];
+        ni = nj;
+        oi = oj;
+    }
+    for (; ni < KILN_MAX_DIMS; ni++) { /* trailing unit dims of a shorter shape */
+        if (ne[ni] != 1) return false;
+        nb[ni] = nb[ni - 1] * (size_t)ne[ni - 1];
+    }
+    return true;
+}
+
+/* Derive t's strides (for the ops that derive them) and base from t->src[0] and t->offset. */
+static kiln_status derive_view(kiln_tensor *t) {
+    kiln_tensor *x = t->src[0];
+    if (t->op == KILN_OP_RESHAPE) {
+        if (kiln__tensor_nelements(x) != kiln__tensor_nelements(t) || !reshape_strides(x, t->ne, t->nb))
+            return bad(t, "reshape needs a source whose layout allows the new shape", x, t);
+    } else if (t->op == KILN_OP_PERMUTE || t->op == KILN_OP_TRANSPOSE) {
+        for (int d = 0; d < KILN_MAX_DIMS; d++) {
+            t->ne[t->ip[d]] = x->ne[d];
+            t->nb[t->ip[d]] = x->nb[d];
+        }
+    }
+    t->view_src = x->view_src ? x->view_src : x;
+    if (kiln__add_overflow_size(x->view_src ? x->view_offset : 0, t->offset, &t->view_offset))
+        return bad(t, "view offset overflows", x, NULL);
+    return KILN_OK;
+}
+
+kiln_status kiln__view_refresh(kiln_tensor *t) {
+    shape sh;
+    kiln_status s;
+    if (t->op == KILN_OP_CACHE_WRITE) {
+        t->view_src = t->src[1];
+        t->view_offset = 0;
+        return KILN_OK;
+    }
+    if (!kiln__op_is_view(t->op)) return KILN_OK;
+    if ((s = derive_view(t))) return s;
+    return infer(t, &sh);
+}
+
 static kiln_tensor *make_view(kiln_graph *g, kiln_op op, kiln_tensor *x, int32_t n_dims, const int64_t *ne,
-                              const size_t *nb, size_t offset) {
+                              const size_t *nb, size_t offset, const int32_t *axes) {
     kiln_tensor *t;
-    kiln_tensor *base;
-    size_t base_offset;
     shape sh;
     kiln_status s;
     if (kiln__graph_status(g) != KILN_OK) return NULL;
     if (!x) return kiln__graph_fail(g, KILN_E_INVALID_ARG, "%s: missing operand", kiln__op_name(op));
-    base = x->view_src ? x->view_src : x;
-    base_offset = x->view_src ? x->view_offset : 0;
     t = kiln__graph_new_tensor(g, x->type, n_dims, ne);
     if (!t) return NULL;
     t->op = op;
     t->src[0] = x;
+    t->offset = offset;
     if (nb) memcpy(t->nb, nb, sizeof t->nb);
-    t->view_src = base;
-    if (kiln__add_overflow_size(base_offset, offset, &t->view_offset))
-        return kiln__graph_fail(g, KILN_E_INVALID_ARG, "%s: offset overflows", kiln__op_name(op));
+    if (axes) memcpy(t->ip, axes, 4 * sizeof *axes);
     snprintf(t->name, sizeof t->name, "%s", kiln__op_name(op));
-    s = infer(t, &sh);
-    if (s) {
+    if ((s = derive_view(t)) || (s = infer(t, &sh))) {
         g->status = s;
         return NULL;
     }
@@ -341,7 +516,7 @@ static kiln_tensor *make_view(kiln_graph *g, kiln_op op, kiln_tensor *x, int32_t
 }
 
 kiln_tensor *kiln__reshape(kiln_graph *g, kiln_tensor *x, int32_t n_dims, const int64_t *ne) {
-    return make_view(g, KILN_OP_RESHAPE, x, n_dims, ne, NULL, 0);
+    return make_view(g, KILN_OP_RESHAPE, x, n_dims, ne, NULL, 0, NULL);
 }
 
 kiln_tensor *kiln__reshape_2d(kiln_graph *g, kiln_tensor *x, int64_t ne0, int64_t ne1) {
@@ -362,15 +537,14 @@ kiln_tensor *kiln__view(kiln_graph *g, kiln_tensor *x, int32_t n_dims, const int
         return kiln__graph_fail(g, KILN_E_INVALID_ARG, "view with %d dims (1..4 allowed)", n_dims);
     for (int d = 0; d < KILN_MAX_DIMS; d++)
         full[d] = d < n_dims ? nb[d] : full[d - 1] * (size_t)(d - 1 < n_dims ? ne[d - 1] : 1);
-    return make_view(g, KILN_OP_VIEW, x, n_dims, ne, full, offset);
+    return make_view(g, KILN_OP_VIEW, x, n_dims, ne, full, offset, NULL);
 }
 
 kiln_tensor *kiln__permute(kiln_graph *g, kiln_tensor *x, int32_t a0, int32_t a1, int32_t a2, int32_t a3) {
     int32_t axes[4] = {a0, a1, a2, a3};
     int64_t ne[4];
-    size_t nb[4];
     unsigned seen = 0;
-    kiln_tensor *t;
+    int32_t n_dims;
     if (!x) return kiln__graph_fail(g, KILN_E_INVALID_ARG, "permute: missing operand");
     for (int d = 0; d < 4; d++) {
         if (axes[d] < 0 || axes[d] > 3 || (seen & (1u << axes[d])))
@@ -378,26 +552,22 @@ kiln_tensor *kiln__permute(kiln_graph *g, kiln_tensor *x, int32_t a0, int32_t a1
                                     a0, a1, a2, a3);
         seen |= 1u << axes[d];
         ne[axes[d]] = x->ne[d];
-        nb[axes[d]] = x->nb[d];
     }
-    t = make_view(g, KILN_OP_PERMUTE, x, 4, ne, nb, 0);
-    if (t) {
-        memcpy(t->ip, axes, sizeof axes);
-        t->n_dims = x->n_dims;
-        for (int d = 0; d < 4; d++)
-            if (t->ne[d] > 1 && d + 1 > t->n_dims) t->n_dims = d + 1;
-    }
-    return t;
+    n_dims = x->n_dims;
+    for (int d = 0; d < 4; d++)
+        if (ne[d] > 1 && d + 1 > n_dims) n_dims = d + 1;
+    return make_view(g, KILN_OP_PERMUTE, x, n_dims, ne, NULL, 0, axes);
 }
 
 kiln_tensor *kiln__transpose(kiln_graph *g, kiln_tensor *x) {
-    kiln_tensor *t = kiln__permute(g, x, 1, 0, 2, 3);
-    if (t) {
-        t->op = KILN_OP_TRANSPOSE;
-        t->n_dims = KILN__MAX(2, x->n_dims);
-        snprintf(t->name, sizeof t->name, "%s", kiln__op_name(t->op));
-    }
-    return t;
+    static const int32_t axes[4] = {1, 0, 2, 3};
+    int64_t ne[4];
+    if (!x) return kiln__graph_fail(g, KILN_E_INVALID_ARG, "transpose: missing operand");
+    ne[0] = x->ne[1];
+    ne[1] = x->ne[0];
+    ne[2] = x->ne[2];
+    ne[3] = x->ne[3];
+    return make_view(g, KILN_OP_TRANSPOSE, x, KILN__MAX(2, x->n_dims), ne, NULL, 0, axes);
 }
 
 kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, int32_t pos0) {
@@ -405,9 +575,143 @@ kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x
     NEED(cache, KILN_OP_CACHE_WRITE);
     t = make_node(g, KILN_OP_CACHE_WRITE, x, cache, NULL, &pos0, 1, NULL, 0);
     if (t) {
-        t->nb[1] = cache->nb[1];
-        t->view_src = cache;
-        t->view_offset = 0;
+        memcpy(t->nb, cache->nb, sizeof t->nb);
+        kiln__view_refresh(t);
+    }
+    return t;
+}
+
+kiln_tensor *kiln__scale(kiln_graph *g, kiln_tensor *x, float scale, float bias) {
+    float fp[2] = {scale, bias};
+    return make_node(g, KILN_OP_SCALE, x, NULL, NULL, NULL, 0, fp, 2);
+}
+
+kiln_tensor *kiln__tanh(kiln_graph *g, kiln_tensor *x) {
+    return make_node(g, KILN_OP_TANH, x, NULL, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__relu(kiln_graph *g, kiln_tensor *x) {
+    return make_node(g, KILN_OP_RELU, x, NULL, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__diag_mask_inf(kiln_graph *g, kiln_tensor *x, int32_t n_past) {
+    return make_node(g, KILN_OP_DIAG_MASK_INF, x, NULL, NULL, &n_past, 1, NULL, 0);
+}
+
+kiln_tensor *kiln__diag_mask_inf_window(kiln_graph *g, kiln_tensor *x, int32_t n_past, int32_t window) {
+    int32_t ip[2] = {n_past, window};
+    return make_node(g, KILN_OP_DIAG_MASK_INF, x, NULL, NULL, ip, 2, NULL, 0);
+}
+
+kiln_tensor *kiln__norm(kiln_graph *g, kiln_tensor *x, float eps) {
+    return make_node(g, KILN_OP_NORM, x, NULL, NULL, NULL, 0, &eps, 1);
+}
+
+kiln_tensor *kiln__concat(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c) {
+    NEED(b, KILN_OP_CONCAT);
+    return make_node(g, KILN_OP_CONCAT, a, b, c, NULL, 0, NULL, 0);
+}
+
+static kiln_tensor *make_set(kiln_graph *g, kiln_op op, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3],
+                             size_t offset) {
+    int32_t ip[3];
+    kiln_tensor proto;
+    NEED(x, op);
+    NEED(dst, op);
+    for (int k = 0; k < 3; k++) {
+        if (nb[k] > INT32_MAX) return kiln__graph_fail(g, KILN_E_RANGE, "%s: region stride %zu too large", kiln__op_name(op), nb[k]);
+        ip[k] = (int32_t)nb[k];
+    }
+    memset(&proto, 0, sizeof proto);
+    proto.op = op;
+    proto.src[0] = dst;
+    proto.src[1] = x;
+    memcpy(proto.ip, ip, sizeof ip);
+    proto.offset = offset;
+    snprintf(proto.name, sizeof proto.name, "%s", kiln__op_name(op));
+    return kiln__graph_node_like(g, &proto);
+}
+
+kiln_tensor *kiln__set(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset) {
+    return make_set(g, KILN_OP_SET, dst, x, nb, offset);
+}
+
+kiln_tensor *kiln__acc(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset) {
+    return make_set(g, KILN_OP_ACC, dst, x, nb, offset);
+}
+
+kiln_tensor *kiln__linear(kiln_graph *g, kiln_tensor *w, kiln_tensor *x, kiln_tensor *bias, float alpha,
+                          int32_t act, int32_t flags) {
+    int32_t ip[2] = {act, flags};
+    NEED(x, KILN_OP_LINEAR);
+    return make_node(g, KILN_OP_LINEAR, w, x, bias, ip, 2, &alpha, 1);
+}
+
+kiln_tensor *kiln__add_act(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, int32_t act) {
+    NEED(b, KILN_OP_ADD_ACT);
+    return make_node(g, KILN_OP_ADD_ACT, a, b, NULL, &act, 1, NULL, 0);
+}
+
+kiln_tensor *kiln__rms_norm_mul(kiln_graph *g, kiln_tensor *x, kiln_tensor *w, float eps) {
+    NEED(w, KILN_OP_RMS_NORM_MUL);
+    return make_node(g, KILN_OP_RMS_NORM_MUL, x, w, NULL, NULL, 0, &eps, 1);
+}
+
+kiln_tensor *kiln__swiglu(kiln_graph *g, kiln_tensor *gate, kiln_tensor *up) {
+    NEED(up, KILN_OP_SWIGLU);
+    return make_node(g, KILN_OP_SWIGLU, gate, up, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__gelu(kiln_graph *g, kiln_tensor *x) {
+    return make_node(g, KILN_OP_GELU, x, NULL, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__gelu_unfused(kiln_graph *g, kiln_tensor *x) {
+    /* 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2 / pi) */
+    kiln_tensor *x3 = kiln__mul(g, kiln__mul(g, x, x), x);
+    kiln_tensor *inner = kiln__add(g, x, kiln__scale(g, x3, 0.044715f, 0.0f));
+    kiln_tensor *th = kiln__tanh(g, kiln__scale(g, inner, 0.7978845608028654f, 0.0f));
+    return kiln__mul(g, kiln__scale(g, x, 0.5f, 0.0f), kiln__scale(g, th, 1.0f, 1.0f));
+}
+
+kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto) {
+    kiln_tensor *t;
+    shape sh;
+    kiln_status s;
+    if (kiln__graph_status(g) != KILN_OK) return NULL;
+    if (kiln__op_is_view(proto->op) && proto->op != KILN_OP_CACHE_WRITE) {
+        t = kiln__graph_new_tensor(g, proto->type, proto->n_dims, proto->ne);
+        if (!t) return NULL;
+        int32_t id = t->id;
+        *t = *proto;
+        t->id = id;
+        t->flags &= ~(uint32_t)KILN_TENSOR_OUTPUT;
+        if ((s = derive_view(t)) || (s = infer(t, &sh))) {
+            g->status = s;
+            return NULL;
+        }
+        return t;
+    }
+    if ((s = infer(proto, &sh))) {
+        g->status = s;
+        return NULL;
+    }
+    t = kiln__graph_new_tensor(g, sh.type, sh.n_dims, sh.ne);
+    if (!t) return NULL;
+    int32_t id = t->id;
+    size_t nb[KILN_MAX_DIMS];
+    memcpy(nb, t->nb, sizeof nb);
+    *t = *proto;
+    t->id = id;
+    t->type = sh.type;
+    t->n_dims = sh.n_dims;
+    memcpy(t->ne, sh.ne, sizeof t->ne);
+    memcpy(t->nb, nb, sizeof t->nb);
+    t->flags &= ~(uint32_t)KILN_TENSOR_OUTPUT;
+    t->data = NULL;
+    if (t->op == KILN_OP_CACHE_WRITE) {
+        memcpy(t->nb, t->src[1]->nb, sizeof t->nb);
+        kiln__view_refresh(t);
     }
     return t;
 }

@@ -1,0 +1,186 @@
+/*
+ * kernels_fused.c - reference kernels for fused ops and the small elementwise ops of the unfused forms.
+ *
+ * Each computes exactly what its plain decomposition computes, in the same float order where that is
+ * cheap to keep (rms_norm_mul multiplies the normalized value by the weight, as rms_norm then mul does;
+ * swiglu computes silu(g) then the product), so fusing does not change results.
+ */
+#include "backend/cpu/kernels_fused.h"
+
+#include "tensor/types.h"
+
+#include <math.h>
+#include <string.h>
+
+float kiln__act_apply(int32_t act, float x) {
+    switch (act) {
+    case KILN_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case KILN_ACT_GELU: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case KILN_ACT_SILU: return x * (1.0f / (1.0f + expf(-x)));
+    default: return x;
+    }
+}
+
+/* Row r of t as (i1, i2, i3). */
+static void row_index(const kiln_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % t->ne[1];
+    *i2 = (r / t->ne[1]) % t->ne[2];
+    *i3 = r / (t->ne[1] * t->ne[2]);
+}
+
+typedef float (*unary_fn)(const kiln_tensor *node, float x);
+
+static void unary_rows(const kiln_cpu_args *a, unary_fn f) {
+    const kiln_tensor *x = a->dst->src[0];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, i1, i2, i3);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++) out[i] = f(a->dst, *(const float *)(xr + i * (int64_t)x->nb[0]));
+    }
+}
+
+static float scale_fn(const kiln_tensor *n, float x) { return n->fp[0] * x + n->fp[1]; }
+static float tanh_fn(const kiln_tensor *n, float x) { (void)n; return tanhf(x); }
+static float relu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_RELU, x); }
+static float gelu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_GELU, x); }
+
+void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn); }
+void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn); }
+void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn); }
+void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn); }
+
+void kiln__cpu_diag_mask_inf(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0];
+    int32_t n_past = a->dst->ip[0], window = a->dst->ip[1];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t t, i2, i3;
+        row_index(x, r, &t, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, t, i2, i3);
+        float *out = (float *)kiln__cpu_row(a->dst, t, i2, i3);
+        int64_t first = window > 0 ? n_past + t - window + 1 : 0; /* oldest key the sliding window keeps */
+        for (int64_t j = 0; j < x->ne[0]; j++)
+            out[j] = j > n_past + t || j < first ? -INFINITY : *(const float *)(xr + j * (int64_t)x->nb[0]);
+    }
+}
+
+void kiln__cpu_concat(const kiln_cpu_args *a) {
+    size_t row = a->dst->nb[1];
+    int64_t r0, r1;
+    kiln__cpu_split(a->dst->ne[1], a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t local = r;
+        int i = 0;
+        while (local >= a->dst->src[i]->ne[1]) local -= a->dst->src[i++]->ne[1];
+        memcpy(kiln__cpu_row(a->dst, r, 0, 0), kiln__cpu_row(a->dst->src[i], local, 0, 0), row);
+    }
+}
+
+/* out[n, m] = alpha * sum_k W[k, n] x[k, m] (+ bias[n]), activation; W read transposed when flagged. */
+void kiln__cpu_linear(const kiln_cpu_args *a) {
+    const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1], *bias = a->dst->src[2];
+    bool trans = (a->dst->ip[1] & KILN_LINEAR_TRANS0) != 0;
+    int64_t K = x->ne[0], N = a->dst->ne[0], M = x->ne[1];
+    int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3], n0, n1;
+    float alpha = a->dst->fp[0];
+    kiln__cpu_split(N, a->ith, a->nth, &n0, &n1);
+    for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < x->ne[2]; i2++)
+            for (int64_t n = n0; n < n1; n++) {
+                float *wf = a->scratch;
+                if (trans) {
+                    const char *base = kiln__cpu_row(w, 0, i2 / r2, i3 / r3) + n * (int64_t)w->nb[0];
+                    for (int64_t k = 0; k < K; k++) wf[k] = *(const float *)(base + k * (int64_t)w->nb[1]);
+                } else {
+                    kiln__dequantize_row(w->type, kiln__cpu_row(w, n, i2 / r2, i3 / r3), wf, K);
+                }
+                for (int64_t m = 0; m < M; m++) {
+                    float v = kiln__cpu_dot_f32(wf, (const float *)kiln__cpu_row(x, m, i2, i3), K);
+                    if (alpha != 1.0f) v *= alpha;
+                    if (bias) v += ((const float *)bias->data)[n];
+                    ((float *)kiln__cpu_row(a->dst, m, i2, i3))[n] = kiln__act_apply(a->dst->ip[0], v);
+                }
+            }
+}
+
+/* Shared loop of the broadcasting binary fused ops: out = f(x, y) elementwise. */
+typedef float (*binary_fn)(const kiln_tensor *node, float x, float y);
+
+static void binary_rows(const kiln_cpu_args *a, binary_fn f) {
+    const kiln_tensor *x = a->dst->src[0], *y = a->dst->src[1];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, i1, i2, i3);
+        const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++)
+            out[i] = f(a->dst, *(const float *)(xr + i * (int64_t)x->nb[0]),
+                       *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]));
+    }
+}
+
+static float add_act_fn(const kiln_tensor *n, float x, float y) { return kiln__act_apply(n->ip[0], x + y); }
+static float swiglu_fn(const kiln_tensor *n, float g, float u) {
+    (void)n;
+    return kiln__act_apply(KILN_ACT_SILU, g) * u;
+}
+
+void kiln__cpu_add_act(const kiln_cpu_args *a) { binary_rows(a, add_act_fn); }
+void kiln__cpu_swiglu(const kiln_cpu_args *a) { binary_rows(a, swiglu_fn); }
+
+void kiln__cpu_rms_norm_mul(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0], *w = a->dst->src[1];
+    float eps = a->dst->fp[0];
+    int64_t r0, r1, n = x->ne[0];
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
+        const char *wr = kiln__cpu_row(w, i1 % w->ne[1], i2 % w->ne[2], i3 % w->ne[3]);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        ss /= (float)n;
+        ss += eps;
+        ss = 1.0f / sqrtf(ss);
+        for (int64_t i = 0; i < n; i++) out[i] = (ss * xr[i]) * *(const float *)(wr + (i % w->ne[0]) * (int64_t)w->nb[0]);
+    }
+}
+
+/* set and acc: each thread copies its rows of the destination (unless computing in place) and then
+ * applies the region's elements that fall in those rows, so no row is touched by two threads. */
+static void set_or_acc(const kiln_cpu_args *a, bool add) {
+    const kiln_tensor *d = a->dst->src[0], *x = a->dst->src[1];
+    size_t row_bytes = a->dst->nb[1];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(a->dst), a->ith, a->nth, &r0, &r1);
+    if (a->dst->data != d->data)
+        memcpy((char *)a->dst->data + (size_t)r0 * row_bytes, (const char *)d->data + (size_t)r0 * row_bytes,
+               (size_t)(r1 - r0) * row_bytes);
+    for (int64_t r = 0; r < kiln__tensor_nrows(x); r++) {
+        int64_t i1, i2, i3;
+        row_index(x, r, &i1, &i2, &i3);
+        size_t base = a->dst->offset + (size_t)i1 * (size_t)a->dst->ip[0] + (size_t)i2 * (size_t)a->dst->ip[1] +
+                      (size_t)i3 * (size_t)a->dst->ip[2];
+        const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
+        for (int64_t i = 0; i < x->ne[0]; i++) {
+            size_t at = base + (size_t)i * sizeof(float);
+            int64_t row = (int64_t)(at / row_bytes);
+            if (row < r0 || row >= r1) continue;
+            float *o = (float *)((char *)a->dst->data + at);
+            *o = add ? *o + xr[i] : xr[i];
+        }
+    }
+}
+
+void kiln__cpu_set(const kiln_cpu_args *a) { set_or_acc(a, false); }
+void kiln__cpu_acc(const kiln_cpu_args *a) { set_or_acc(a, true); }
