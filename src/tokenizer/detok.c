@@ -6,6 +6,7 @@
  * incomplete character is held back until it completes, and bytes that can never form valid UTF-8 come
  * out as U+FFFD. With strip_leading_space, a ' ' at the very start of the output (the space the
  * tokenizer prefixed) is dropped once; tokens that print nothing, such as BOS, do not count as a start.
+ * Tokenizers that prefix no space (byte-level BPE) ignore strip_leading_space.
  */
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -106,7 +107,7 @@ kiln_status kiln_detok_create(const kiln_vocab *vocab, bool strip_leading_space,
     }
     d->vocab = vocab;
     d->ops = ops;
-    d->state.strip_pending = strip_leading_space;
+    d->state.strip_pending = strip_leading_space && ops->prefixes_space;
     d->buf = buf;
     d->cap = cap;
     *out = d;
@@ -155,7 +156,7 @@ kiln_status kiln_detokenize(const kiln_vocab *vocab, const int32_t *ids, size_t 
         kiln_status st = check_id(vocab, ids[i]);
         if (st != KILN_OK) return kiln__error_prefix(st, "ids[%zu]: ", i);
     }
-    detok_state s = {.strip_pending = strip_leading_space};
+    detok_state s = {.strip_pending = strip_leading_space && ops->prefixes_space};
     byte_out o = {buf, cap > 0 ? cap - 1 : 0, 0, 0, false}; /* one byte kept for the terminator */
     for (size_t i = 0; i < n; i++)
         feed_token(vocab, ops, &s, &o, ids[i]);

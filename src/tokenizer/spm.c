@@ -1,7 +1,8 @@
 /*
  * spm.c - the SentencePiece-style tokenizer of "llama" vocabularies, with llama.cpp's semantics.
  *
- * 1. If the vocab says add_space_prefix, prepend one space; then write every ' ' as U+2581 ("▁").
+ * 1. If the vocab says add_space_prefix and the text starts the input or follows a special token, prepend
+ *    one space; then write every ' ' as U+2581 ("▁").
  * 2. Split into characters by the UTF-8 lead byte (0xC0-0xDF: 2 bytes, 0xE0-0xEF: 3, 0xF0-0xFF: 4, any
  *    other byte: 1), cut short at the end of the text. Continuation bytes are not checked.
  * 3. Seed a max-heap with every adjacent pair whose concatenation is a token, keyed by that token's score;
@@ -182,7 +183,7 @@ static int32_t count_chars(const char *text, uint32_t n_bytes) {
     return n;
 }
 
-kiln_status kiln__spm_tokenize(const kiln_vocab *vocab, const char *text, size_t len,
+kiln_status kiln__spm_tokenize(const kiln_vocab *vocab, const char *text, size_t len, bool at_start,
                                kiln__token_sink *sink) {
     if (len > (size_t)INT32_MAX / 3 - 3)
         return kiln__error(KILN_E_RANGE, "tokenize: text of %zu bytes is too long (at most %d)", len,
@@ -191,7 +192,7 @@ kiln_status kiln__spm_tokenize(const kiln_vocab *vocab, const char *text, size_t
     kiln_status st = KILN_OK;
     char *escaped = kiln__alloc(3 * len + 3); /* every byte a space, plus the prefix */
     if (!escaped) return kiln__nomem("tokenizer scratch");
-    uint32_t n_bytes = (uint32_t)escape_text(text, len, vocab->add_space_prefix, escaped);
+    uint32_t n_bytes = (uint32_t)escape_text(text, len, vocab->add_space_prefix && at_start, escaped);
     size_t n_chars = (size_t)count_chars(escaped, n_bytes);
     r.text = escaped;
     r.syms = kiln__alloc_array(n_chars, sizeof *r.syms);

@@ -2,10 +2,12 @@
  * vocab.c - building a kiln_vocab from the tokenizer.* keys of a GGUF file, with every field validated.
  *
  * Keys read, and what happens when one is absent:
- *   tokenizer.ggml.model             STRING, required. "llama" (SentencePiece) is tokenized today; "gpt2",
- *                                    "bert", "t5" and "rwkv" load (token texts can be inspected) but
- *                                    kiln_tokenize / kiln_detok_create fail with KILN_E_UNSUPPORTED; any
- *                                    other string fails here with KILN_E_UNSUPPORTED.
+ *   tokenizer.ggml.model             STRING, required. "llama" (SentencePiece), "gpt2" (byte-level BPE) and
+ *                                    "bert" (WordPiece) are tokenized; "t5" and "rwkv" load (token texts
+ *                                    can be inspected) but kiln_tokenize / kiln_detok_create fail with
+ *                                    KILN_E_UNSUPPORTED; any other string fails here with
+ *                                    KILN_E_UNSUPPORTED.
+ *   tokenizer.ggml.pre, .merges      "gpt2" only: read by kiln__bpe_prepare (bpe.c).
  *   tokenizer.ggml.tokens            ARRAY of STRING, required, at least one token.
  *   tokenizer.ggml.scores            ARRAY of FLOAT32, optional (every score 0); no NaN.
  *   tokenizer.ggml.token_type        ARRAY of INT32, optional (every token NORMAL); values 1..6. A BYTE
@@ -38,12 +40,7 @@ static const char *gguf_type_name(kiln_gguf_type t) {
 }
 
 static uint64_t hash_bytes(const char *s, size_t len) {
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3u;
-    }
-    return h;
+    return kiln__fnv1a(KILN__FNV_BASIS, s, len);
 }
 
 int32_t kiln__vocab_find(const kiln_vocab *vocab, const char *s, size_t len) {
@@ -282,6 +279,8 @@ kiln_status kiln_vocab_create(const kiln_gguf *gguf, kiln_vocab **out) {
     if (st == KILN_OK) st = build_index(v);
     if (st == KILN_OK) st = read_specials(gguf, v, add_bos_default);
     if (st == KILN_OK) st = map_bytes(v);
+    if (st == KILN_OK) st = kiln__specials_build(v);
+    if (st == KILN_OK && v->kind == KILN__VOCAB_BPE) st = kiln__bpe_prepare(gguf, v);
     if (st != KILN_OK) {
         kiln_vocab_destroy(v);
         return st;
@@ -299,6 +298,13 @@ void kiln_vocab_destroy(kiln_vocab *vocab) {
     kiln__dealloc(vocab->attrs);
     kiln__dealloc(vocab->token_byte);
     kiln__dealloc(vocab->buckets);
+    kiln__dealloc(vocab->specials);
+    kiln__dealloc(vocab->pre);
+    kiln__dealloc(vocab->merges);
+    kiln__dealloc(vocab->merge_blob);
+    kiln__dealloc(vocab->merge_buckets);
+    kiln__dealloc(vocab->pieces);
+    kiln__dealloc(vocab->piece_blob);
     kiln__dealloc(vocab);
 }
 
@@ -319,4 +325,14 @@ kiln_str kiln_vocab_token_text(const kiln_vocab *vocab, int32_t id) {
     kiln_str none = {"", 0};
     if (!vocab || id < 0 || id >= vocab->n_tokens) return none;
     return vocab->texts[id];
+}
+
+int32_t kiln_vocab_find_token(const kiln_vocab *vocab, const char *text, size_t len) {
+    if (!vocab || (!text && len > 0)) return -1;
+    return kiln__vocab_find(vocab, text ? text : "", len);
+}
+
+int32_t kiln_vocab_token_attr(const kiln_vocab *vocab, int32_t id) {
+    if (!vocab || id < 0 || id >= vocab->n_tokens) return 0;
+    return vocab->attrs[id];
 }
