@@ -1,11 +1,10 @@
 /*
- * model.c - kiln_model_load: map a GGUF file, pick the architecture builder from general.architecture,
- * read the hyperparameters, find and check every weight, and build the vocabulary.
+ * model.c - kiln_model_load: map a GGUF file, pick the architecture's loader from general.architecture,
+ * read the hyperparameters, build the vocabulary, and find and check every weight.
  */
 #include "model/model.h"
 
 #include "core/core.h"
-#include "tensor/types.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,35 +15,9 @@ typedef struct arch_entry {
 } arch_entry;
 
 static const arch_entry architectures[] = {
-    {"llama", kiln__llama_load_weights},
+    {"llama", kiln__llama_load_weights}, {"qwen2", kiln__qwen_load_weights}, {"qwen3", kiln__qwen_load_weights},
+    {"phi3", kiln__phi3_load_weights},   {"gpt2", kiln__gpt2_load_weights},
 };
-
-kiln_status kiln__model_weight(kiln_model *m, const char *name, int32_t n_dims, const int64_t *ne, bool need_f32,
-                               kiln_tensor_info *out) {
-    int64_t i = kiln_gguf_find_tensor(m->gguf, name);
-    kiln_status s;
-    if (i < 0) return kiln__error(KILN_E_FORMAT, "tensor '%s' is missing", name);
-    if ((s = kiln_gguf_tensor_info(m->gguf, i, out))) return s;
-    for (int d = 0; d < 4; d++) {
-        int64_t want = d < n_dims ? ne[d] : 1;
-        if (out->ne[d] != want)
-            return kiln__error(KILN_E_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected dim %d = %lld",
-                               name, (long long)out->ne[0], (long long)out->ne[1], (long long)out->ne[2],
-                               (long long)out->ne[3], d, (long long)want);
-    }
-    if (need_f32 && out->type != KILN_TYPE_F32)
-        return kiln__error(KILN_E_UNSUPPORTED, "tensor '%s' has type %s; Kiln needs f32 here", name,
-                           kiln__type_name(out->type));
-    if (!kiln__type_traits(out->type)->supported)
-        return kiln__error(KILN_E_UNSUPPORTED, "tensor '%s' has type %s, which Kiln cannot compute with yet", name,
-                           kiln__type_name(out->type));
-    m->weight_bytes += out->size;
-    return KILN_OK;
-}
-
-kiln_tensor *kiln__weight_leaf(kiln_graph *g, const kiln_tensor_info *w) {
-    return kiln__graph_leaf(g, w->name, w->type, w->n_dims, w->ne, (void *)w->data, KILN_TENSOR_WEIGHT);
-}
 
 static kiln_status load(kiln_model *m, const char *path) {
     kiln_str arch;
@@ -58,7 +31,7 @@ static kiln_status load(kiln_model *m, const char *path) {
         if (strlen(architectures[i].name) == arch.len && memcmp(architectures[i].name, arch.data, arch.len) == 0)
             entry = &architectures[i];
     if (!entry)
-        return kiln__error(KILN_E_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama)",
+        return kiln__error(KILN_E_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gpt2)",
                            (int)KILN__MIN(arch.len, 64), arch.data);
     snprintf(m->arch, sizeof m->arch, "%s", entry->name);
     if ((s = kiln__hparams_read(m->gguf, m->arch, &m->hp))) return s;
@@ -90,6 +63,7 @@ void kiln_model_destroy(kiln_model *m) {
     kiln_vocab_destroy(m->vocab);
     kiln_gguf_close(m->gguf);
     kiln__dealloc(m->layers);
+    kiln__dealloc(m->rope_buf);
     kiln__dealloc(m);
 }
 
