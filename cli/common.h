@@ -36,9 +36,17 @@ bool cli_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
 
 double cli_now_seconds(void);
 
+/* Print the plan figures of ctx for batches of n_tokens to stderr (kiln run --verbose, kiln graph). */
+int cli_print_plan_info(kiln_ctx *ctx, int32_t n_tokens);
+
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_graph(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -126,6 +126,58 @@ float kiln_bf16_to_fp32(uint16_t h);
 uint16_t kiln_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN (quiet) */
 
 /* ---------------------------------------------------------------------------------------------------
+ * Quantization (see docs/quantization.md): float rows to block types, and whole GGUF files to the
+ * mixes users know (Q4_K_M, Q5_K_M, ...).
+ * ------------------------------------------------------------------------------------------------- */
+
+/* True for the types kiln_quantize_row can produce: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4. */
+bool kiln_quantize_supported(kiln_type type);
+
+/* Quantize n floats (a multiple of the block size, all finite: KILN_E_RANGE names the first that is not)
+ * into dst, which holds kiln_type_row_bytes(type, n) bytes aligned for the type's fields. The reference
+ * algorithms are those of llama.cpp (bit-exact with the gguf Python package where it implements the type);
+ * importance weights are not used. */
+kiln_status kiln_quantize_row(kiln_type type, const float *src, void *dst, int64_t n);
+
+/* The quantization mixes of llama.cpp's quantize tool: a base type, with more bits for the tensors that
+ * matter most (attention V and FFN down in the _M mixes, the output projection everywhere). */
+typedef enum kiln_quant_mix {
+    KILN_MIX_Q4_0 = 2, /* values are llama.cpp's general.file_type numbers */
+    KILN_MIX_Q8_0 = 7,
+    KILN_MIX_Q2_K = 10,
+    KILN_MIX_Q3_K_M = 12,
+    KILN_MIX_Q4_K_S = 14,
+    KILN_MIX_Q4_K_M = 15,
+    KILN_MIX_Q5_K_M = 17,
+    KILN_MIX_Q6_K = 18,
+} kiln_quant_mix;
+
+/* "Q4_K_M" (case-insensitive) -> KILN_MIX_Q4_K_M; KILN_E_INVALID_ARG lists the known names. */
+kiln_status kiln_quant_mix_parse(const char *name, kiln_quant_mix *out);
+const char *kiln_quant_mix_name(kiln_quant_mix mix); /* "Q4_K_M"; "?" for an unknown value */
+
+typedef struct kiln_quantize_params {
+    kiln_quant_mix mix;
+    bool allow_requantize; /* accept already-quantized input tensors (dequantized, then requantized) */
+} kiln_quantize_params;
+
+/* Defaults: Q4_K_M, no requantization. */
+kiln_quantize_params kiln_quantize_params_default(void);
+
+/* Called before each tensor is written: its index, the tensor count, its name and the chosen type. */
+typedef void (*kiln_quantize_progress_fn)(void *user, int64_t index, int64_t count, const char *name,
+                                          kiln_type type);
+
+/* Quantize the GGUF file `in` into `out` with a mix: all metadata is kept (general.file_type and
+ * general.quantization_version are set), 1-D tensors (norms) keep their type, each matrix gets the type
+ * the mix chooses (see docs/quantization.md). Tensors are converted one at a time, row by row, while the
+ * file is written; the output appears atomically (temporary file, then rename) and no partial file is
+ * left on error. progress may be NULL. */
+kiln_status kiln_quantize_file(const char *in, const char *out, const kiln_quantize_params *params,
+                               kiln_quantize_progress_fn progress, void *user);
+
+/* ---------------------------------------------------------------------------------------------------
  * GGUF files (versions 2 and 3): reading, validated field by field, with the data section mapped
  * read-only and used in place; and writing.
  * ------------------------------------------------------------------------------------------------- */
@@ -268,16 +320,26 @@ int32_t kiln_vocab_eos(const kiln_vocab *vocab); /* -1 if none */
 bool kiln_vocab_add_bos(const kiln_vocab *vocab);
 /* The raw token text as stored in the vocabulary; valid while the vocab lives. */
 kiln_str kiln_vocab_token_text(const kiln_vocab *vocab, int32_t id);
+/* The id whose text is exactly text[0..len) (such as "<|im_end|>"), or -1. */
+int32_t kiln_vocab_find_token(const kiln_vocab *vocab, const char *text, size_t len);
+/* The token's kiln_token_attr; 0 for an id outside the vocabulary. */
+int32_t kiln_vocab_token_attr(const kiln_vocab *vocab, int32_t id);
 
 /* Tokenize len bytes of text. Writes at most cap ids; *n_out receives the number of ids the text needs,
- * and the call fails with KILN_E_RANGE when that exceeds cap. */
+ * and the call fails with KILN_E_RANGE when that exceeds cap. USER_DEFINED tokens in the text are always
+ * recognized; the texts of CONTROL tokens (such as "<|im_end|>") are tokenized as plain text. */
 kiln_status kiln_tokenize(const kiln_vocab *vocab, const char *text, size_t len, bool add_bos, int32_t *ids,
                           size_t cap, size_t *n_out);
+/* As kiln_tokenize; with parse_special, the texts of CONTROL and UNKNOWN tokens also become those tokens
+ * (longer ones first), which chat templates need. */
+kiln_status kiln_tokenize_special(const kiln_vocab *vocab, const char *text, size_t len, bool add_bos,
+                                  bool parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
 /* Streaming detokenizer: feed ids one at a time; it returns the bytes that are complete. Multi-byte
  * UTF-8 characters split across byte-fallback tokens are held back until complete; bytes that can never
  * form valid UTF-8 are emitted as U+FFFD. The leading space added by the tokenizer is removed from the
- * first text token when the stream starts at the beginning of a sequence. */
+ * first text token when the stream starts at the beginning of a sequence (SentencePiece and WordPiece;
+ * byte-level BPE adds no space, so strip_leading_space has no effect there). */
 typedef struct kiln_detok kiln_detok;
 kiln_status kiln_detok_create(const kiln_vocab *vocab, bool strip_leading_space, kiln_detok **out);
 void kiln_detok_destroy(kiln_detok *detok);
@@ -290,6 +352,35 @@ kiln_status kiln_detok_flush(kiln_detok *detok, kiln_str *out);
  * terminator; fails with KILN_E_RANGE if it does not fit. */
 kiln_status kiln_detokenize(const kiln_vocab *vocab, const int32_t *ids, size_t n, bool strip_leading_space,
                             char *buf, size_t cap, size_t *n_out);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Chat templates: the conversation formats of instruction-tuned models, recognized from a model's
+ * tokenizer.chat_template by the markers they contain (Kiln does not run Jinja). Names: "chatml" (Qwen),
+ * "llama3", "phi3", "mistral", and "plain", Kiln's "User: ...\nAssistant:" fallback. Templates are static.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_chat_template kiln_chat_template;
+
+typedef struct kiln_chat_message {
+    const char *role; /* "system" (first message only), "user" or "assistant" */
+    const char *content;
+} kiln_chat_message;
+
+const kiln_chat_template *kiln_chat_template_by_name(const char *name); /* NULL for an unknown name */
+const char *kiln_chat_template_names(void);                             /* "chatml, llama3, ..." */
+const char *kiln_chat_template_name(const kiln_chat_template *t);
+/* The text of the token that ends an assistant turn ("<|im_end|>"), or NULL when EOS ends it. */
+const char *kiln_chat_template_end_of_turn(const kiln_chat_template *t);
+/* Recognize a template text. Fails with KILN_E_UNSUPPORTED for a template Kiln does not know. */
+kiln_status kiln_chat_template_recognize(const char *text, size_t len, const kiln_chat_template **out);
+/* Recognize a model's tokenizer.chat_template; KILN_E_NOT_FOUND when the file has none. */
+kiln_status kiln_chat_template_detect(const kiln_gguf *gguf, const kiln_chat_template **out);
+/* Render n messages into buf (NUL-terminated), with the header that opens the assistant's reply when
+ * add_generation_prompt is set. BOS is not included; content is not trimmed. *n_out receives the length
+ * needed; fails with KILN_E_RANGE when it does not fit. A rendering with the generation prompt is a prefix
+ * of the rendering with the reply appended, so a chat loop can feed only the new text. */
+kiln_status kiln_chat_render(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n,
+                             bool add_generation_prompt, char *buf, size_t cap, size_t *n_out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Sampling
@@ -339,8 +430,11 @@ const char *kiln_model_arch(const kiln_model *model);
 uint64_t kiln_model_weight_bytes(const kiln_model *model);
 
 typedef struct kiln_ctx_params {
-    int32_t n_ctx;     /* KV-cache length in tokens; 0 = the model's context length */
-    int32_t n_threads; /* 0 = the number of online cores */
+    int32_t n_ctx;      /* KV-cache length in tokens; 0 = the model's context length */
+    int32_t n_threads;  /* 0 = the number of online cores */
+    const char *passes; /* graph passes to run: "all", "none", or a list such as "cse,dce" or
+                         * "-fuse_qkv"; NULL = $KILN_PASSES, else "all" (see docs/graph.md) */
+    bool no_fuse;       /* switch off every fusion pass */
 } kiln_ctx_params;
 
 kiln_ctx_params kiln_ctx_params_default(void);
@@ -355,6 +449,31 @@ kiln_status kiln_ctx_decode(kiln_ctx *ctx, const int32_t *tokens, int32_t n, con
 int32_t kiln_ctx_n_past(const kiln_ctx *ctx);
 int32_t kiln_ctx_n_ctx(const kiln_ctx *ctx);
 void kiln_ctx_reset(kiln_ctx *ctx); /* forget the cache */
+
+/* What the graph compiler did for batches of n_tokens tokens (the plan is compiled if needed). */
+typedef struct kiln_plan_info {
+    int32_t n_tokens;
+    int32_t nodes_before, nodes_after; /* executed nodes before and after the passes */
+    int32_t rounds;                    /* pipeline rounds until nothing changed */
+    int32_t n_passes;
+    struct {
+        const char *name;
+        bool ran;
+        int32_t rewrites;
+        int32_t nodes_after;
+    } passes[16];
+    uint64_t naive_bytes;  /* sum of every intermediate's size */
+    uint64_t arena_bytes;  /* the planned arena */
+    int32_t n_buffers, n_reused, n_inplace;
+    uint64_t const_bytes;  /* memory of folded constants held by the context */
+} kiln_plan_info;
+
+kiln_status kiln_ctx_plan_info(kiln_ctx *ctx, int32_t n_tokens, kiln_plan_info *out);
+
+/* Write the graph for a batch of n_tokens, before the passes (optimized = false) or after, one line per
+ * call of write: a text listing, or Graphviz DOT when dot is set. */
+kiln_status kiln_ctx_graph_dump(kiln_ctx *ctx, int32_t n_tokens, bool optimized, bool dot,
+                                void (*write)(void *user, const char *line), void *user);
 
 /* Number of online cores, the default thread count. */
 int32_t kiln_default_threads(void);

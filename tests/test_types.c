@@ -39,17 +39,17 @@ static void the_type_table_matches_the_gguf_block_layouts(void) {
         bool supported;
     } want[] = {
         {KILN_TYPE_F32, "f32", 1, 4, true},          {KILN_TYPE_F16, "f16", 1, 2, true},
-        {KILN_TYPE_Q4_0, "q4_0", 32, 18, true},      {KILN_TYPE_Q4_1, "q4_1", 32, 20, false},
-        {KILN_TYPE_Q5_0, "q5_0", 32, 22, false},     {KILN_TYPE_Q5_1, "q5_1", 32, 24, false},
+        {KILN_TYPE_Q4_0, "q4_0", 32, 18, true},      {KILN_TYPE_Q4_1, "q4_1", 32, 20, true},
+        {KILN_TYPE_Q5_0, "q5_0", 32, 22, true},     {KILN_TYPE_Q5_1, "q5_1", 32, 24, true},
         {KILN_TYPE_Q8_0, "q8_0", 32, 34, true},      {KILN_TYPE_Q8_1, "q8_1", 32, 36, false},
-        {KILN_TYPE_Q2_K, "q2_k", 256, 84, false},    {KILN_TYPE_Q3_K, "q3_k", 256, 110, false},
-        {KILN_TYPE_Q4_K, "q4_k", 256, 144, false},   {KILN_TYPE_Q5_K, "q5_k", 256, 176, false},
-        {KILN_TYPE_Q6_K, "q6_k", 256, 210, false},   {KILN_TYPE_Q8_K, "q8_k", 256, 292, false},
-        {KILN_TYPE_IQ4_NL, "iq4_nl", 32, 18, false}, {KILN_TYPE_I8, "i8", 1, 1, false},
+        {KILN_TYPE_Q2_K, "q2_k", 256, 84, true},    {KILN_TYPE_Q3_K, "q3_k", 256, 110, true},
+        {KILN_TYPE_Q4_K, "q4_k", 256, 144, true},   {KILN_TYPE_Q5_K, "q5_k", 256, 176, true},
+        {KILN_TYPE_Q6_K, "q6_k", 256, 210, true},   {KILN_TYPE_Q8_K, "q8_k", 256, 292, true},
+        {KILN_TYPE_IQ4_NL, "iq4_nl", 32, 18, true}, {KILN_TYPE_I8, "i8", 1, 1, false},
         {KILN_TYPE_I16, "i16", 1, 2, false},         {KILN_TYPE_I32, "i32", 1, 4, false},
         {KILN_TYPE_I64, "i64", 1, 8, false},         {KILN_TYPE_F64, "f64", 1, 8, false},
         {KILN_TYPE_BF16, "bf16", 1, 2, true},        {KILN_TYPE_TQ1_0, "tq1_0", 256, 54, false},
-        {KILN_TYPE_TQ2_0, "tq2_0", 256, 66, false},  {KILN_TYPE_MXFP4, "mxfp4", 32, 17, false},
+        {KILN_TYPE_TQ2_0, "tq2_0", 256, 66, false},  {KILN_TYPE_MXFP4, "mxfp4", 32, 17, true},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         kiln_type_traits t;
@@ -163,8 +163,8 @@ static void dequantizes_f16_bf16_and_f32_rows(void) {
 static void dequantize_rejects_unsupported_types_and_partial_blocks(void) {
     uint8_t src[64] = {0};
     float y[64];
-    CHECK_STATUS(kiln_dequantize(KILN_TYPE_Q4_K, src, y, 256), KILN_E_UNSUPPORTED);
-    CHECK_ERROR_MENTIONS("q4_k");
+    CHECK_STATUS(kiln_dequantize(KILN_TYPE_IQ2_XXS, src, y, 256), KILN_E_UNSUPPORTED);
+    CHECK_ERROR_MENTIONS("iq2_xxs");
     CHECK_STATUS(kiln_dequantize(KILN_TYPE_Q8_0, src, y, 31), KILN_E_FORMAT);
     CHECK_STATUS(kiln_dequantize(KILN_TYPE_Q8_0, NULL, y, 32), KILN_E_INVALID_ARG);
 }
