@@ -23,6 +23,7 @@ static const char run_help[] =
     "                         or when the context is full\n"
     "  -c, --ctx-size N       KV-cache size in tokens (default: the model's context length)\n"
     "  -t, --threads N        worker threads (default: the number of cores)\n"
+    "      --kv-type T        KV-cache type: f32 (default), f16 or q8_0\n"
     "      --temp T           temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
     "      --top-p P          nucleus sampling; 1 = off (default 0.95)\n"
@@ -47,6 +48,7 @@ typedef struct run_options {
     const char *passes;
     bool no_fuse;
     bool verbose;
+    kiln_type kv_type;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -62,6 +64,7 @@ static int parse(int argc, char **argv, run_options *o) {
     o->passes = NULL;
     o->no_fuse = false;
     o->verbose = false;
+    o->kv_type = KILN_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -92,6 +95,7 @@ static int parse(int argc, char **argv, run_options *o) {
             o->seed_given = true;
         else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->passes);
         else if (!strcmp(a, "--no-fuse")) o->no_fuse = true;
+        else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
         else if (!strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") ||
                  !strcmp(a, "--repeat-penalty") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed"))
@@ -196,6 +200,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int32_t)o.n_threads;
     cp.passes = o.passes;
     cp.no_fuse = o.no_fuse;
+    cp.kv_type = o.kv_type;
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
     if (!rc && (s = kiln_sampler_create(kiln_model_n_vocab(g.model), &o.sampling, &g.sampler)))
         rc = cli_fail("run", s, "creating the sampler");

@@ -128,3 +128,16 @@ int cli_print_plan_info(kiln_ctx *ctx, int32_t n_tokens) {
             info.n_inplace, (double)info.const_bytes / 1e6);
     return CLI_OK;
 }
+
+bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *out) {
+    const char *s, *opt = argv[*i];
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    if (!strcmp(s, "f32")) *out = KILN_TYPE_F32;
+    else if (!strcmp(s, "f16")) *out = KILN_TYPE_F16;
+    else if (!strcmp(s, "q8_0")) *out = KILN_TYPE_Q8_0;
+    else {
+        cli_usage_error(cmd, "option %s: '%s' is not f32, f16 or q8_0", opt, s);
+        return false;
+    }
+    return true;
+}

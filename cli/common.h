@@ -33,6 +33,8 @@ bool cli_arg_str(const char *cmd, int argc, char **argv, int *i, const char **ou
 bool cli_arg_int(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out);
 bool cli_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, double *out);
 bool cli_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
+/* --kv-type: f32, f16 or q8_0. */
+bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *out);
 
 double cli_now_seconds(void);
 

@@ -1,49 +1,52 @@
 /*
- * main.c - the kiln command-line tool: dispatches to its subcommands (run, tokenize, inspect).
+ * main.c - the kiln command-line tool: one table of subcommands, the usage text made from it, and the
+ * dispatch. Each subcommand lives in its own cmd_<name>.c with its own --help.
  */
 #include "common.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: kiln <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  run       generate text from a prompt (default model: the bundled stories260K)\n"
-    "  tokenize  print the token ids of a text\n"
-    "  inspect   print a GGUF file's metadata and tensor table\n"
-    "  chat      talk with a model, one reply per stdin line\n"
-    "  synth     write a random-weight llama GGUF of a real model's shape\n"
-    "  quantize  write a quantized copy of a model (Q4_K_M, Q5_K_M, Q8_0, ...)\n"
-    "  perplexity  measure perplexity over a text, and KL divergence against a base model\n"
-    "  graph     print the forward graph before and after the passes (text or DOT)\n"
-    "  bench     measure prompt-processing and generation speed\n"
-    "\n"
-    "'kiln <command> --help' describes each command. 'kiln --version' prints the version.\n";
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"run", cmd_run, "generate text from a prompt (default model: the bundled stories260K)"},
+    {"chat", cmd_chat, "talk with a model, one reply per stdin line, keeping the KV cache across turns"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"quantize", cmd_quantize, "write a quantized copy of a model (Q4_K_M, Q5_K_M, Q8_0, ...)"},
+    {"perplexity", cmd_perplexity, "measure perplexity over a text, and KL divergence against a base model"},
+    {"bench", cmd_bench, "measure prompt-processing and generation speed"},
+    {"graph", cmd_graph, "print the forward graph before and after the passes (text or DOT)"},
+    {"synth", cmd_synth, "write a random-weight llama GGUF of a real model's shape"},
+};
+
+static void usage(FILE *out) {
+    fputs("usage: kiln <command> [options]\n\ncommands:\n", out);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n'kiln <command> --help' describes each command. 'kiln --version' prints the version.\n", out);
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs(usage, stderr);
+        usage(stderr);
         return CLI_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        fputs(usage, stdout);
+        usage(stdout);
         return CLI_OK;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("kiln %s\n", KILN_VERSION_STRING);
         return CLI_OK;
     }
-    if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "graph")) return cmd_graph(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s' (see 'kiln --help')\n", argv[1]);
     return CLI_USAGE;
 }

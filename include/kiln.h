@@ -435,6 +435,8 @@ typedef struct kiln_ctx_params {
     const char *passes; /* graph passes to run: "all", "none", or a list such as "cse,dce" or
                          * "-fuse_qkv"; NULL = $KILN_PASSES, else "all" (see docs/graph.md) */
     bool no_fuse;       /* switch off every fusion pass */
+    kiln_type kv_type;  /* KV-cache element type: KILN_TYPE_F32 (default), KILN_TYPE_F16 or KILN_TYPE_Q8_0
+                         * (Q8_0 needs Hkv * head size to be a multiple of 32) */
 } kiln_ctx_params;
 
 kiln_ctx_params kiln_ctx_params_default(void);

@@ -51,9 +51,12 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 /* Greedy: prefill the prompt ids, then generate until the sequence has n_total ids. */
+static kiln_type greedy_kv_type = KILN_TYPE_F32;
+
 static size_t greedy_passes(const kiln_model *m, int n_threads, const char *passes, const int32_t *prompt,
                             size_t n_prompt, size_t n_total, int32_t *out) {
     kiln_ctx_params p = kiln_ctx_params_default();
+    p.kv_type = greedy_kv_type;
     kiln_ctx *ctx;
     const float *logits;
     size_t n = n_prompt;
@@ -124,6 +127,33 @@ static void the_goldens_hold_with_passes_on_off_and_each_fusion_removed(void) {
         if (memcmp(ids, g.ids, g.n_ids * sizeof *ids) != 0)
             harness_fail(__FILE__, __LINE__, "passes '%s': the greedy ids differ from the golden", sets[k]);
     }
+    kiln_model_destroy(m);
+}
+
+/* A quantized KV cache changes the arithmetic slightly; greedy output must still agree with the f32 cache
+ * for at least 30 tokens (f16 for all 200). Both the fused (in-place read) and plain (cast) paths. */
+static void quantized_kv_caches_keep_the_greedy_output(void) {
+    static const struct {
+        kiln_type type;
+        size_t at_least;
+    } cases[] = {{KILN_TYPE_F16, 200}, {KILN_TYPE_Q8_0, 30}};
+    kiln_model *m;
+    golden g = {0};
+    int32_t ids[256];
+    load_golden("\"bos_only_200\"", &g);
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    if (!m) return;
+    for (size_t k = 0; k < 2; k++) {
+        for (int passes = 0; passes < 2; passes++) {
+            greedy_kv_type = cases[k].type;
+            size_t n = greedy_passes(m, 2, passes ? "all" : "none", g.prompt, g.n_prompt, g.n_ids, ids), same = 0;
+            while (same + 1 < n && ids[same + 1] == g.ids[same + 1]) same++;
+            printf("kv %s, passes %s: %zu of %zu generated tokens equal the f32 golden\n",
+                   cases[k].type == KILN_TYPE_F16 ? "f16" : "q8_0", passes ? "all" : "none", same, g.n_ids - 1);
+            CHECK(same >= cases[k].at_least);
+        }
+    }
+    greedy_kv_type = KILN_TYPE_F32;
     kiln_model_destroy(m);
 }
 
@@ -214,6 +244,7 @@ int main(void) {
     RUN(greedy_from_bos_reproduces_the_200_golden_tokens);
     RUN(greedy_from_once_upon_a_time_reproduces_the_golden_tokens);
     RUN(the_goldens_hold_with_passes_on_off_and_each_fusion_removed);
+    RUN(quantized_kv_caches_keep_the_greedy_output);
     RUN(batched_prefill_matches_token_by_token_decoding);
     RUN(a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing);
     RUN(a_warmed_up_decode_step_allocates_nothing);

@@ -52,7 +52,7 @@ static void each_op_rejects_wrong_types_and_shapes(void) {
         {"rope: n_rot must be even", 2},           {"rope: positions must be i32", 3},
         {"attention: query heads are not a multiple", 4}, {"attention: queries reach past the last key", 5},
         {"reshape needs a source whose layout allows the new shape", 6},
-        {"view reaches outside its base", 7},      {"cache_write: destination must be a 2-D f32 cache leaf", 8},
+        {"view reaches outside its base", 7},      {"cache_write: destination must be a 2-D f32, f16 or q8_0 cache leaf", 8},
         {"cache_write: rows reach past the cache", 9}, {"permute: axes (0, 0, 1, 2) are not a permutation", 10},
         {"matmul: weight batch dims do not broadcast", 11}, {"graph is full", 12},
     };

@@ -404,6 +404,67 @@ static void cache_write_writes_rows_at_the_position_and_yields_the_whole_cache(v
     check_close(out, ref, 60, 0, "cache"); /* rows outside [4, 7) are untouched */
 }
 
+/* ---- attention over f16 / q8_0 cache rows ---- */
+#define RD 8
+#define RHQ 8
+#define RHK 4 /* 4 heads of 8 share each 32-element q8_0 block */
+#define RT 3
+#define RL 6
+
+typedef struct rows_attn_case {
+    kiln_type type;
+    float q[RD * RHQ * RT];
+    unsigned char k[RL * RD * RHK * 4], v[RL * RD * RHK * 4];
+} rows_attn_case;
+
+static kiln_tensor *build_rows_attention(kiln_graph *g, void *user) {
+    rows_attn_case *c = user;
+    int64_t ne[2] = {RD * RHK, RL};
+    kiln_tensor *k = kiln__graph_leaf(g, "k", c->type, 2, ne, c->k, 0);
+    kiln_tensor *v = kiln__graph_leaf(g, "v", c->type, 2, ne, c->v, 0);
+    return kiln__attention(g, leaf_f32(g, "q", 3, RD, RHQ, RT, 1, c->q), k, v, RL - RT, 0.35f);
+}
+
+static void attention_reads_f16_and_q8_0_cache_rows_in_place(void) {
+    static rows_attn_case c;
+    static float out[RD * RHQ * RT], kf[RL * RD * RHK], vf[RL * RD * RHK];
+    static double ref[RD * RHQ * RT];
+    static const kiln_type types[2] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++) {
+        size_t row;
+        c.type = types[ti];
+        kiln_type_row_bytes(c.type, RD * RHK, &row);
+        fill_random(c.q, sizeof c.q / 4, 30);
+        fill_random(kf, RL * RD * RHK, 31);
+        fill_random(vf, RL * RD * RHK, 32);
+        for (int j = 0; j < RL; j++) {
+            CHECK_OK(kiln_quantize_row(c.type, kf + j * RD * RHK, c.k + j * row, RD * RHK));
+            CHECK_OK(kiln_quantize_row(c.type, vf + j * RD * RHK, c.v + j * row, RD * RHK));
+            CHECK_OK(kiln_dequantize(c.type, c.k + j * row, kf + j * RD * RHK, RD * RHK)); /* what is stored */
+            CHECK_OK(kiln_dequantize(c.type, c.v + j * row, vf + j * RD * RHK, RD * RHK));
+        }
+        run_all_threads(build_rows_attention, &c, out, RD * RHQ * RT);
+        for (int t = 0; t < RT; t++)
+            for (int h = 0; h < RHQ; h++) {
+                int hk = h / (RHQ / RHK), n_keys = RL - RT + t + 1;
+                double sc[RL], mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n_keys; j++) {
+                    sc[j] = 0;
+                    for (int i = 0; i < RD; i++) sc[j] += (double)c.q[(t * RHQ + h) * RD + i] * kf[j * RD * RHK + hk * RD + i];
+                    sc[j] *= 0.35;
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n_keys; j++) sum += exp(sc[j] - mx);
+                for (int i = 0; i < RD; i++) {
+                    double acc = 0;
+                    for (int j = 0; j < n_keys; j++) acc += exp(sc[j] - mx) / sum * vf[j * RD * RHK + hk * RD + i];
+                    ref[(t * RHQ + h) * RD + i] = acc;
+                }
+            }
+        check_close(out, ref, RD * RHQ * RT, TOL, kiln__type_name(c.type));
+    }
+}
+
 /* ---- set and acc ---- */
 typedef struct set_case {
     float d[12 * 5], x[4 * 2];
@@ -447,5 +508,6 @@ int main(void) {
     RUN(views_alias_their_base_and_cont_copies_them_densely);
     RUN(cache_write_writes_rows_at_the_position_and_yields_the_whole_cache);
     RUN(set_and_acc_replace_or_add_into_a_region);
+    RUN(attention_reads_f16_and_q8_0_cache_rows_in_place);
     return harness_finish();
 }

@@ -44,7 +44,8 @@ typedef enum kiln_op {
                            * i[1] = mode (KILN_ROPE_NORMAL / KILN_ROPE_NEOX), f[0] = base, f[1] = scale;
                            * optional src2 F32 [n_rot / 2]: per-pair frequency divisors (Llama 3) */
     KILN_OP_ATTENTION,    /* src0 q [D, Hq, T], src1 k [D, Hkv, L], src2 v [D, Hkv, L], all F32, Hq % Hkv
-                           * == 0 -> [D, Hq, T]; causal: query t sees keys j <= i[0] + t; f[0] = scale */
+                           * == 0 -> [D, Hq, T]; causal: query t sees keys j <= i[0] + t; f[0] = scale.
+                           * K and V may instead be F16 or Q8_0 cache rows [Hkv * D, L], read in place */
     KILN_OP_SILU,         /* src0 F32 -> x * sigmoid(x) */
     KILN_OP_SOFTMAX,      /* src0 F32 -> softmax(f[0] * x) along dim 0 */
     KILN_OP_RESHAPE,      /* view: same elements, new shape; strides derived from the source's when
@@ -54,7 +55,8 @@ typedef enum kiln_op {
     KILN_OP_TRANSPOSE,    /* view: dims 0 and 1 swapped */
     KILN_OP_CONT,         /* src0 any F32 layout -> contiguous copy */
     KILN_OP_CACHE_WRITE,  /* src0 F32 [W, T] written into rows [i[0], i[0] + T) of src1, a cache leaf
-                           * [W, C]; the result is a view of the whole cache [W, C] */
+                           * [W, C] of type F32, F16 or Q8_0 (rows converted); the result is a view of the
+                           * whole cache [W, C] */
     KILN_OP_SCALE,        /* src0 F32 -> f[0] * x + f[1] */
     KILN_OP_TANH,         /* src0 F32 -> tanh(x) */
     KILN_OP_RELU,         /* src0 F32 -> max(x, 0) */
@@ -62,6 +64,7 @@ typedef enum kiln_op {
                            * with i[1] = W > 0 (sliding window) also where j < i[0] + t - W + 1 */
     KILN_OP_CONCAT,       /* src0..srcN-1 (2 to 4) [K, Ni] of one type -> [K, sum Ni]: the rows of each
                            * source after the rows of the previous one (any type: rows copied as bytes) */
+    KILN_OP_CAST,         /* src0 of any supported type (rows contiguous) -> F32 of the same shape */
     KILN_OP_SET,          /* a copy of src0 (F32, contiguous) with the region at byte offset `offset`,
                            * shaped like src1 with strides nb1..nb3 = i[0..2], replaced by src1 */
     /* Fused ops, produced by the passes in graph/passes/ (builders emit the plain forms). */
@@ -168,6 +171,7 @@ kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kil
 /* LayerNorm without its affine part (builders multiply by the weight and add the bias as plain ops). */
 kiln_tensor *kiln__norm(kiln_graph *g, kiln_tensor *x, float eps);
 kiln_tensor *kiln__concat(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c); /* c may be NULL */
+kiln_tensor *kiln__cast(kiln_graph *g, kiln_tensor *x);
 /* set/acc: the region of dst at byte offset `offset` with x's shape and strides nb[0..2] (= nb1..nb3). */
 kiln_tensor *kiln__set(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset);
 /* Fused ops (the passes create them; tests and future builders may too). */
@@ -225,6 +229,8 @@ int64_t kiln__tensor_nelements(const kiln_tensor *t);
 int64_t kiln__tensor_nrows(const kiln_tensor *t); /* ne[1] * ne[2] * ne[3] */
 bool kiln__tensor_is_contiguous(const kiln_tensor *t);
 bool kiln__op_is_view(kiln_op op);
+/* Types a KV cache may have: F32, F16, Q8_0. */
+bool kiln__is_kv_cache_type(kiln_type type);
 const char *kiln__op_name(kiln_op op);
 /* Bytes of a dense tensor of t's shape and type. */
 size_t kiln__tensor_nbytes(const kiln_tensor *t);

@@ -24,7 +24,7 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_CACHE_WRITE] = "cache_write", [KILN_OP_SCALE] = "scale",   [KILN_OP_TANH] = "tanh",
     [KILN_OP_RELU] = "relu",         [KILN_OP_DIAG_MASK_INF] = "diag_mask_inf", [KILN_OP_CONCAT] = "concat",
     [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
-    [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",
+    [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",           [KILN_OP_CAST] = "cast",
     [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
 };
 
@@ -153,9 +153,29 @@ static kiln_status infer_rope(const kiln_tensor *t, shape *out) {
     return KILN_OK;
 }
 
+bool kiln__is_kv_cache_type(kiln_type type) {
+    return type == KILN_TYPE_F32 || type == KILN_TYPE_F16 || type == KILN_TYPE_Q8_0;
+}
+
+/* Attention over F16/Q8_0 cache rows: k and v are [Hkv * D, L], read in place. */
+static kiln_status infer_attention_rows(const kiln_tensor *t, shape *out) {
+    const kiln_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    if (!kiln__is_kv_cache_type(k->type) || v->type != k->type) return bad(t, "K and V must be f16 or q8_0 rows", k, v);
+    if (memcmp(k->ne, v->ne, sizeof k->ne) || k->ne[2] != 1 || k->ne[3] != 1 || q->ne[3] != 1)
+        return bad(t, "K and V must be [Hkv * D, L] cache rows of one shape", k, v);
+    if (k->ne[0] % q->ne[0] != 0 || q->ne[1] % (k->ne[0] / q->ne[0]) != 0)
+        return bad(t, "cache rows do not hold a whole number of KV heads dividing the query heads", q, k);
+    if (k->nb[0] != kiln__type_traits(k->type)->block_bytes || v->nb[0] != k->nb[0] || q->nb[0] != sizeof(float))
+        return bad(t, "rows must be contiguous", q, k);
+    if (t->ip[0] < 0 || t->ip[0] + q->ne[2] > k->ne[1]) return bad(t, "queries reach past the last key (pos0 + T > L)", q, k);
+    shape_of(q, out);
+    return KILN_OK;
+}
+
 static kiln_status infer_attention(const kiln_tensor *t, shape *out) {
     const kiln_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     kiln_status s = need_f32(t, q);
+    if (!s && k->type != KILN_TYPE_F32) return infer_attention_rows(t, out);
     if (!s) s = need_f32(t, k);
     if (!s) s = need_f32(t, v);
     if (s) return s;
@@ -175,9 +195,10 @@ static kiln_status infer_cache_write(const kiln_tensor *t, shape *out) {
     const kiln_tensor *x = t->src[0], *cache = t->src[1];
     kiln_status s = need_f32(t, x);
     if (s) return s;
-    if (cache->op != KILN_OP_NONE || !(cache->flags & KILN_TENSOR_CACHE) || cache->type != KILN_TYPE_F32 ||
+    if (cache->op != KILN_OP_NONE || !(cache->flags & KILN_TENSOR_CACHE) || !kiln__is_kv_cache_type(cache->type) ||
         cache->n_dims != 2 || !kiln__tensor_is_contiguous(cache))
-        return bad(t, "destination must be a 2-D f32 cache leaf", cache, NULL);
+        return bad(t, "destination must be a 2-D f32, f16 or q8_0 cache leaf", cache, NULL);
+    if (x->nb[0] != sizeof(float)) return bad(t, "rows must be contiguous", x, NULL);
     if (x->ne[0] != cache->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) return bad(t, "row widths differ", x, cache);
     if (t->ip[0] < 0 || t->ip[0] + x->ne[1] > cache->ne[1]) return bad(t, "rows reach past the cache", x, cache);
     shape_of(cache, out);
@@ -288,6 +309,10 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
     case KILN_OP_CONCAT: return infer_concat(t, out);
     case KILN_OP_SET:
     case KILN_OP_ACC: return infer_set(t, out);
+    case KILN_OP_CAST:
+        if ((s = need_weight_type(t, x))) return s;
+        *out = (shape){KILN_TYPE_F32, x->n_dims, {x->ne[0], x->ne[1], x->ne[2], x->ne[3]}};
+        return KILN_OK;
     case KILN_OP_MATMUL: return infer_matmul(t, out);
     case KILN_OP_ROPE: return infer_rope(t, out);
     case KILN_OP_ATTENTION: return infer_attention(t, out);
@@ -579,6 +604,10 @@ kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x
         kiln__view_refresh(t);
     }
     return t;
+}
+
+kiln_tensor *kiln__cast(kiln_graph *g, kiln_tensor *x) {
+    return make_node(g, KILN_OP_CAST, x, NULL, NULL, NULL, 0, NULL, 0);
 }
 
 kiln_tensor *kiln__scale(kiln_graph *g, kiln_tensor *x, float scale, float bias) {

@@ -29,6 +29,10 @@ kiln_tensor *kiln__blk_attention_core(kiln_graph *g, const kiln_hparams *hp, kil
                                       kiln_tensor *vc, int32_t n_past, int64_t T) {
     if (!kc || !vc) return NULL;
     int64_t D = hp->head_dim, C = kc->ne[1];
+    if (kc->type != KILN_TYPE_F32) { /* an F16/Q8_0 cache: the plain form reads it dequantized */
+        kc = kiln__cast(g, kc);
+        vc = kiln__cast(g, vc);
+    }
     kiln_tensor *K = kiln__reshape_3d(g, kc, D, hp->n_head_kv, C);                    /* [D, Hkv, C] */
     kiln_tensor *V = kiln__reshape_3d(g, vc, D, hp->n_head_kv, C);                    /* [D, Hkv, C] */
     kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, K, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3));

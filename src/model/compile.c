@@ -15,7 +15,7 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t n, kiln_tensor **lo
     const kiln_hparams *hp = &c->model->hp;
     int64_t ne_t[1] = {n};
     int64_t ne_cache[2] = {(int64_t)hp->n_head_kv * hp->head_dim, c->n_ctx};
-    size_t cache_bytes = (size_t)ne_cache[0] * (size_t)ne_cache[1] * sizeof(float);
+    size_t cache_bytes = c->kv_row_bytes * (size_t)ne_cache[1];
     kiln_batch_inputs in = {0};
     kiln_tensor **caches = kiln__alloc_array(2 * (size_t)hp->n_layer, sizeof *caches);
     if (!caches) return kiln__nomem("cache leaves");
@@ -24,9 +24,9 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t n, kiln_tensor **lo
     for (int32_t il = 0; il < hp->n_layer; il++) {
         char *base = (char *)c->kv.base + (size_t)il * 2 * cache_bytes;
         caches[il] = kiln__tensor_set_name(
-            kiln__graph_leaf(g, "k", KILN_TYPE_F32, 2, ne_cache, base, KILN_TENSOR_CACHE), "cache_k_l%d", il);
+            kiln__graph_leaf(g, "k", c->kv_type, 2, ne_cache, base, KILN_TENSOR_CACHE), "cache_k_l%d", il);
         caches[hp->n_layer + il] = kiln__tensor_set_name(
-            kiln__graph_leaf(g, "v", KILN_TYPE_F32, 2, ne_cache, base + cache_bytes, KILN_TENSOR_CACHE),
+            kiln__graph_leaf(g, "v", c->kv_type, 2, ne_cache, base + cache_bytes, KILN_TENSOR_CACHE),
             "cache_v_l%d", il);
     }
     in.k_cache = caches;

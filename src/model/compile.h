@@ -33,7 +33,9 @@ struct kiln_ctx {
     kiln_backend *backend;
     int32_t n_ctx;
     int32_t n_past;
-    kiln_buffer kv;       /* [L][K|V][Hkv * D, n_ctx] f32 */
+    kiln_buffer kv;       /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_type kv_type;
+    size_t kv_row_bytes;
     kiln_buffer arena;    /* planned intermediates, shared by all plans */
     kiln_const_store *consts;
     kiln_pass_set passes;

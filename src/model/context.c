@@ -9,18 +9,19 @@
 #include "model/compile.h"
 
 #include "core/core.h"
+#include "tensor/types.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 kiln_ctx_params kiln_ctx_params_default(void) {
-    kiln_ctx_params p = {0, 0, NULL, false};
+    kiln_ctx_params p = {0, 0, NULL, false, KILN_TYPE_F32};
     return p;
 }
 
 static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     const kiln_hparams *hp = &c->model->hp;
-    uint64_t kv_bytes = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * sizeof(float);
+    uint64_t kv_bytes;
     const char *passes = p->passes ? p->passes : getenv("KILN_PASSES");
     const char *check = getenv("KILN_CHECK_PASSES");
     kiln_status s;
@@ -33,6 +34,13 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     if (kiln__has(&c->model->pos_embd) && c->n_ctx > hp->n_ctx_train)
         return kiln__error(KILN_E_INVALID_ARG, "n_ctx %d exceeds the %d positions of the model's position table",
                            c->n_ctx, hp->n_ctx_train);
+    c->kv_type = p->kv_type;
+    if (!kiln__is_kv_cache_type(c->kv_type))
+        return kiln__error(KILN_E_UNSUPPORTED, "KV-cache type %d is not one of f32, f16, q8_0", (int)c->kv_type);
+    if ((s = kiln_type_row_bytes(c->kv_type, (int64_t)hp->n_head_kv * hp->head_dim, &c->kv_row_bytes)))
+        return kiln__error_prefix(s, "a %s KV cache for %d heads of %d: ", kiln__type_name(c->kv_type),
+                                  hp->n_head_kv, hp->head_dim);
+    kv_bytes = c->kv_row_bytes;
     if (kiln__mul_overflow_u64(kv_bytes, (uint64_t)c->n_ctx * 2u * (uint64_t)hp->n_layer, &kv_bytes) ||
         kv_bytes > SIZE_MAX)
         return kiln__error(KILN_E_RANGE, "a KV cache of %d tokens overflows", c->n_ctx);

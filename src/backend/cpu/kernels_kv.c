@@ -1,0 +1,85 @@
+/*
+ * kernels_kv.c - see kernels_kv.h.
+ *
+ * A cache row holds the K (or V) vectors of all KV heads of one position, [Hkv * D] elements, in the
+ * cache's type. Head hk's vector is elements [hk * D, hk * D + D) of the row; with Q8_0 and D < 32 a block
+ * spans several heads, so a head's vector is dequantized from the blocks that cover it. Only the rows a
+ * query attends to are read, one vector at a time: the cache is never dequantized as a whole.
+ */
+#include "backend/cpu/kernels_kv.h"
+
+#include "tensor/types.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SEGMENT_PAD 64 /* a dequantized segment may start up to 31 elements before the head's vector */
+
+void kiln__cpu_cast(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1 = r % x->ne[1], i2 = (r / x->ne[1]) % x->ne[2], i3 = r / (x->ne[1] * x->ne[2]);
+        kiln__dequantize_row(x->type, kiln__cpu_row(x, i1, i2, i3), (float *)kiln__cpu_row(a->dst, i1, i2, i3), x->ne[0]);
+    }
+}
+
+void kiln__cpu_cache_write_kv(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0], *cache = a->dst->src[1];
+    int32_t pos0 = a->dst->ip[0];
+    int64_t r0, r1;
+    if (cache->type == KILN_TYPE_F32) {
+        kiln__cpu_cache_write(a);
+        return;
+    }
+    kiln__cpu_split(x->ne[1], a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = (const float *)kiln__cpu_row(x, r, 0, 0);
+        char *row = kiln__cpu_row(cache, pos0 + r, 0, 0);
+        if (cache->type == KILN_TYPE_F16)
+            for (int64_t i = 0; i < x->ne[0]; i++) ((uint16_t *)row)[i] = kiln_fp32_to_fp16(xr[i]);
+        else
+            kiln_quantize_row(cache->type, xr, row, x->ne[0]);
+    }
+}
+
+/* Elements [e0, e0 + n) of a cache row as floats: a pointer into tmp (n + SEGMENT_PAD floats). */
+static const float *segment(const kiln_tensor *c, int64_t row, int64_t e0, int64_t n, float *tmp) {
+    const char *base = kiln__cpu_row(c, row, 0, 0);
+    const kiln_type_traits *tr = kiln__type_traits(c->type);
+    int64_t b0 = e0 / tr->block_elems, b1 = (e0 + n - 1) / tr->block_elems;
+    kiln__dequantize_row(c->type, base + b0 * (int64_t)tr->block_bytes, tmp, (b1 - b0 + 1) * tr->block_elems);
+    return tmp + (e0 - b0 * tr->block_elems);
+}
+
+size_t kiln__cpu_attention_kv_scratch_floats(const kiln_tensor *node) {
+    if (node->src[1]->type == KILN_TYPE_F32) return kiln__cpu_flash_attention_scratch_floats(node);
+    return (size_t)node->src[1]->ne[1] + 2 * ((size_t)node->src[0]->ne[0] + SEGMENT_PAD);
+}
+
+/* Reference attention over F16/Q8_0 rows: scores for every visible key, softmax, weighted sum of V. */
+void kiln__cpu_attention_kv(const kiln_cpu_args *a) {
+    const kiln_tensor *q = a->dst->src[0], *k = a->dst->src[1], *v = a->dst->src[2];
+    if (k->type == KILN_TYPE_F32) {
+        kiln__cpu_flash_attention(a);
+        return;
+    }
+    int32_t pos0 = a->dst->ip[0];
+    float scale = a->dst->fp[0];
+    int64_t D = q->ne[0], Hq = q->ne[1], Hkv = k->ne[0] / D, group = Hq / Hkv, r0, r1;
+    float *scores = a->scratch, *tmp = a->scratch + k->ne[1];
+    kiln__cpu_split(Hq * q->ne[2], a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t h = r % Hq, t = r / Hq, e0 = (h / group) * D, n_keys = pos0 + t + 1;
+        const float *qr = (const float *)kiln__cpu_row(q, h, t, 0);
+        float *out = (float *)kiln__cpu_row(a->dst, h, t, 0);
+        for (int64_t j = 0; j < n_keys; j++) scores[j] = kiln__cpu_dot_f32(qr, segment(k, j, e0, D, tmp), D) * scale;
+        kiln__cpu_softmax_row(scores, n_keys);
+        memset(out, 0, (size_t)D * sizeof(float));
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *vr = segment(v, j, e0, D, tmp);
+            for (int64_t i = 0; i < D; i++) out[i] += scores[j] * vr[i];
+        }
+    }
+}
