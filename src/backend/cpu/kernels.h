@@ -9,12 +9,17 @@
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/threadpool.h"
 #include "graph/graph.h"
 
 typedef struct kiln_cpu_args {
     kiln_tensor *dst; /* the node; dst->src[] are its inputs; dst->data is planned */
     int ith, nth;     /* this thread's index and the thread count */
     float *scratch;   /* this thread's scratch, kiln__cpu_scratch_floats(dst) floats */
+    void *shared;     /* kiln__cpu_shared_bytes(dst) bytes shared by all threads, 64-byte aligned */
+    kiln_pool *pool;  /* for kiln__pool_barrier() inside a kernel (every thread must reach it) */
+    const void *packed; /* matmul/linear: the weight repacked for the active level (repack.c), or NULL */
 } kiln_cpu_args;
 
 typedef void (*kiln_cpu_kernel)(const kiln_cpu_args *a);
@@ -22,8 +27,9 @@ typedef void (*kiln_cpu_kernel)(const kiln_cpu_args *a);
 /* The kernel for an op, or NULL for views (which compute nothing). */
 kiln_cpu_kernel kiln__cpu_kernel(kiln_op op);
 
-/* Floats of per-thread scratch a node's kernel needs. */
+/* Floats of per-thread scratch a node's kernel needs, and bytes of scratch shared by its threads. */
 size_t kiln__cpu_scratch_floats(const kiln_tensor *node);
+size_t kiln__cpu_shared_bytes(const kiln_tensor *node);
 
 /* Thread ith's share [*begin, *end) of n items. */
 static inline void kiln__cpu_split(int64_t n, int ith, int nth, int64_t *begin, int64_t *end) {
@@ -49,8 +55,86 @@ void kiln__cpu_softmax(const kiln_cpu_args *a);
 void kiln__cpu_cont(const kiln_cpu_args *a);
 void kiln__cpu_cache_write(const kiln_cpu_args *a);
 
+static inline int64_t kiln__cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Attention, flash style (kernels_flash_attention.c); kiln__cpu_attention is its reference. */
+void kiln__cpu_flash_attention(const kiln_cpu_args *a);
+size_t kiln__cpu_flash_attention_scratch_floats(const kiln_tensor *node);
+
+/* The fused linear op through the matmul tiles (kernels_matmul.c); the reference is kiln__cpu_linear. */
+void kiln__cpu_linear_fast(const kiln_cpu_args *a);
+
+/* Scratch of the matmul kernel (kernels_matmul.c), for matmul and linear nodes. */
+size_t kiln__cpu_matmul_scratch_floats(const kiln_tensor *node);
+size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node);
+
 /* Shared row helpers. */
 float kiln__cpu_dot_f32(const float *x, const float *y, int64_t n);
 void kiln__cpu_softmax_row(float *x, int64_t n);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Row kernels behind the dispatch table. Every entry has a scalar reference (kernels_mm_ref.c,
+ * kernels_vec_ref.c) and SIMD variants per level (x86/avx2_*.c, x86/avx512_*.c), compiled with target
+ * attributes so that one binary runs on any x86-64.
+ *
+ * Activations multiplied with quantized weights are first quantized to 8-bit rows ("q8 rows"): for K
+ * elements (a multiple of 32), K int8 quants, then K/32 float scales d, then K/32 int32 block sums s
+ * (the sum of the block's quants). Block b holds x[i] ~= d[b] * q[i]; q = round-to-nearest-even of
+ * x / d with d = max|x| / 127, so every level produces the same quants.
+ * ------------------------------------------------------------------------------------------------- */
+
+#define KILN_Q8_BLOCK 32
+
+static inline size_t kiln__q8_row_bytes(int64_t k) {
+    return ((size_t)k + (size_t)k / KILN_Q8_BLOCK * 8 + 63) & ~(size_t)63;
+}
+static inline const float *kiln__q8_row_d(const void *row, int64_t k) {
+    return (const float *)((const char *)row + k);
+}
+static inline const int32_t *kiln__q8_row_s(const void *row, int64_t k) {
+    return (const int32_t *)((const char *)row + k + k / KILN_Q8_BLOCK * 4);
+}
+
+/* A matmul tile: out[c * os + r] = dot(weight row r, activation column c) for r < nr, c < nc. Weight row
+ * r starts at w + r * ws bytes; activation column c at x + c * xs bytes: a float row for F32, F16 and
+ * BF16 weights, a q8 row for quantized weights. The result for one (r, c) does not depend on nr, nc or
+ * on where the tile starts, so any split of rows over threads gives identical outputs. */
+typedef void (*kiln_mm_fn)(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                           int64_t nc, float *out, size_t os);
+
+typedef struct kiln_cpu_isa {
+    kiln_cpu_level level;
+    kiln_mm_fn mm[KILN_TYPE_COUNT]; /* NULL: the weight type has no kernel */
+    /* Tiles over repacked weights (repack.c): nr is a multiple of 16, w the first row group, ws the
+     * group stride (kiln__repack_group_bytes). NULL: this level does not use repacked weights. */
+    kiln_mm_fn mm_packed[KILN_TYPE_COUNT];
+    void (*quantize_q8)(const float *x, void *row, int64_t k);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    float (*dot_f32)(const float *x, const float *y, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a x */
+    void (*scale_f32)(float *y, float a, int64_t n);                  /* y *= a */
+} kiln_cpu_isa;
+
+/* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
+ * rows, and the rewrite itself (row_bytes is the source row stride). */
+bool kiln__repack_supported(kiln_type type, int64_t k, int64_t n);
+size_t kiln__repack_group_bytes(kiln_type type, int64_t k);
+void kiln__repack(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
+
+/* Whether matmul with this weight type takes q8 activation rows. */
+static inline bool kiln__mm_wants_q8(kiln_type t) { return t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0; }
+
+/* The table of the active level (kiln__cpu_level()), and of a given level (NULL when that level is not
+ * compiled in or the CPU lacks it). */
+const kiln_cpu_isa *kiln__cpu_isa(void);
+const kiln_cpu_isa *kiln__cpu_isa_for(kiln_cpu_level level);
+
+/* Level tables; each starts from the one below it and replaces what it accelerates. */
+void kiln__cpu_isa_init_ref(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_amx(kiln_cpu_isa *t);
 
 #endif

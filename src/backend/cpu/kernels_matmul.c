@@ -1,34 +1,158 @@
 /*
- * kernels_matmul.c - reference matmul: dst[n, m] = sum_k W[k, n] * X[k, m], per batch (i2, i3), with W
- * broadcast over batch dims. Each thread takes a range of weight rows n; a quantized or half-precision
- * weight row is dequantized once into the thread's scratch and reused for every activation column m.
+ * kernels_matmul.c - matmul: dst[n, m] = sum_k W[k, n] * X[k, m], per batch (i2, i3), with W broadcast
+ * over batch dims. The dispatch table (kernels.h) supplies the tile kernel for the weight type.
+ *
+ * Quantized weights: the threads first quantize every activation column to a q8 row in the node's shared
+ * scratch (each thread a range of columns), meet at a barrier, then multiply with integer dots.
+ * F16/BF16 weights with several columns (prefill): each block of 32 weight rows is converted to F32 once
+ * into the thread's scratch and multiplied with the F32 tile, so the conversion is paid once per block
+ * instead of once per column. Each thread takes a range of weight rows (in units of 16); every output is
+ * computed by the same instruction sequence whatever the split, so thread counts agree bit for bit.
+ * Weights the backend repacked (a->packed, see repack.c) go to the level's packed tiles; the rows are
+ * then split in groups of 16, which the row split already respects. Types without a tile kernel fall back to dequantizing a row at a time (the reference path).
+ *
+ * The fused linear op (src0 W, src1 X, optional src2 bias; f[0] alpha; i[0] activation) runs through the
+ * same driver with its epilogue applied to each block of outputs, in the reference's order (scale, bias,
+ * activation); a transposed weight (KILN_LINEAR_TRANS0) goes to the reference kernel.
  */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_fused.h"
 
+#include "core/core.h"
 #include "tensor/types.h"
+
+#define ROW_BLOCK 32 /* weight rows per cache block */
+#define COL_BLOCK 64 /* activation columns per cache block */
+
+static bool converts_rows(const kiln_tensor *w, const kiln_tensor *x) {
+    return (w->type == KILN_TYPE_F16 || w->type == KILN_TYPE_BF16) && x->ne[1] >= 4;
+}
+
+size_t kiln__cpu_matmul_scratch_floats(const kiln_tensor *node) {
+    const kiln_tensor *w = node->src[0], *x = node->src[1];
+    if (converts_rows(w, x)) return (size_t)ROW_BLOCK * (size_t)x->ne[0];
+    return (size_t)x->ne[0]; /* one dequantized row for the fallback */
+}
+
+size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node) {
+    const kiln_tensor *w = node->src[0], *x = node->src[1];
+    if (!kiln__mm_wants_q8(w->type)) return 0;
+    /* 15 rows of padding: the AMX tiles load 16 columns at a time and ignore the extra ones. */
+    return kiln__q8_row_bytes(x->ne[0]) * ((size_t)kiln__tensor_nrows(x) + 15);
+}
+
+static void fallback(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2, int64_t i3, int64_t n0,
+                     int64_t n1) {
+    const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
+    int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3], K = x->ne[0];
+    bool vec = x->nb[0] == sizeof(float);
+    for (int64_t n = n0; n < n1; n++) {
+        kiln__dequantize_row(w->type, kiln__cpu_row(w, n, i2 / r2, i3 / r3), a->scratch, K);
+        if (vec) { /* the F32 tile on the dequantized row */
+            isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1],
+                                   (float *)kiln__cpu_row(a->dst, 0, i2, i3) + n, a->dst->nb[1] / sizeof(float));
+            continue;
+        }
+        for (int64_t m = 0; m < x->ne[1]; m++)
+            ((float *)kiln__cpu_row(a->dst, m, i2, i3))[n] =
+                kiln__cpu_dot_f32(a->scratch, (const float *)kiln__cpu_row(x, m, i2, i3), K);
+    }
+}
+
+/* Quantize this thread's share of the activation columns into the shared q8 rows. */
+static void quantize_columns(const kiln_cpu_args *a, const kiln_cpu_isa *isa) {
+    const kiln_tensor *x = a->dst->src[1];
+    size_t qrow = kiln__q8_row_bytes(x->ne[0]);
+    int64_t c0, c1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &c0, &c1);
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
+        isa->quantize_q8((const float *)kiln__cpu_row(x, i1, i2, i3), (char *)a->shared + (size_t)c * qrow,
+                         x->ne[0]);
+    }
+}
+
+/* The linear op's scale, bias and activation on outputs [n0, n0 + rows) of M columns. */
+static void epilogue(const kiln_tensor *dst, float *out, size_t os, int64_t rows, int64_t M, int64_t n0) {
+    const kiln_tensor *bias = dst->src[2];
+    float alpha = dst->fp[0];
+    int32_t act = dst->ip[0];
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t r = 0; r < rows; r++) {
+            float v = out[m * (int64_t)os + r];
+            if (alpha != 1.0f) v *= alpha;
+            if (bias) v += ((const float *)bias->data)[n0 + r];
+            out[m * (int64_t)os + r] = kiln__act_apply(act, v);
+        }
+}
+
+/* Rows [n0, n1) of one batch, in cache blocks. */
+static void multiply(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2, int64_t i3, int64_t n0,
+                     int64_t n1) {
+    const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
+    kiln_tensor *dst = a->dst;
+    int64_t K = w->ne[0], M = x->ne[1], r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
+    bool q8 = kiln__mm_wants_q8(w->type), convert = converts_rows(w, x);
+    size_t xs = q8 ? kiln__q8_row_bytes(K) : x->nb[1], os = dst->nb[1] / sizeof(float);
+    const char *xb = q8 ? (const char *)a->shared + (size_t)((i3 * x->ne[2] + i2) * M) * xs
+                        : kiln__cpu_row(x, 0, i2, i3);
+    float *ob = (float *)kiln__cpu_row(dst, 0, i2, i3);
+    kiln_mm_fn mm = convert ? isa->mm[KILN_TYPE_F32] : isa->mm[w->type];
+    bool packed = a->packed && isa->mm_packed[w->type];
+    size_t gs = packed ? kiln__repack_group_bytes(w->type, K) : 0;
+    if (packed) mm = isa->mm_packed[w->type];
+    for (int64_t nb = n0; nb < n1; nb += ROW_BLOCK) {
+        int64_t rows = KILN__MIN(ROW_BLOCK, n1 - nb);
+        const char *wr = kiln__cpu_row(w, nb, i2 / r2, i3 / r3);
+        size_t ws = w->nb[1];
+        if (packed) {
+            wr = (const char *)a->packed + (size_t)(nb / 16) * gs;
+            ws = gs;
+        } else if (convert) {
+            for (int64_t r = 0; r < rows; r++) {
+                const uint16_t *src = (const uint16_t *)(wr + r * (int64_t)w->nb[1]);
+                if (w->type == KILN_TYPE_F16) isa->f16_to_f32(src, a->scratch + r * K, K);
+                else isa->bf16_to_f32(src, a->scratch + r * K, K);
+            }
+            wr = (const char *)a->scratch;
+            ws = (size_t)K * sizeof(float);
+        }
+        for (int64_t m = 0; m < M; m += COL_BLOCK)
+            mm(K, wr, ws, rows, xb + m * (int64_t)xs, xs, KILN__MIN(COL_BLOCK, M - m), ob + m * (int64_t)os + nb,
+               os);
+        if (dst->op == KILN_OP_LINEAR) epilogue(dst, ob + nb, os, rows, M, nb);
+    }
+}
+
+/* Whether the tile kernels can take this node: a kernel for the type, rows of contiguous elements. */
+static bool fast_ok(const kiln_cpu_isa *isa, const kiln_tensor *node) {
+    const kiln_tensor *w = node->src[0], *x = node->src[1];
+    return isa->mm[w->type] != NULL && x->nb[0] == sizeof(float) && w->nb[0] <= w->nb[1];
+}
 
 void kiln__cpu_matmul(const kiln_cpu_args *a) {
     const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
-    kiln_tensor *dst = a->dst;
-    int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
-    int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
-    int64_t n0, n1;
-    kiln__cpu_split(N, a->ith, a->nth, &n0, &n1);
-    for (int64_t i3 = 0; i3 < x->ne[3]; i3++) {
-        for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
-            for (int64_t n = n0; n < n1; n++) {
-                const char *wrow = kiln__cpu_row(w, n, i2 / r2, i3 / r3);
-                const float *wf = (const float *)wrow;
-                if (w->type != KILN_TYPE_F32) {
-                    kiln__dequantize_row(w->type, wrow, a->scratch, K);
-                    wf = a->scratch;
-                }
-                for (int64_t m = 0; m < M; m++) {
-                    const float *xr = (const float *)kiln__cpu_row(x, m, i2, i3);
-                    float *out = (float *)kiln__cpu_row(dst, m, i2, i3);
-                    out[n] = kiln__cpu_dot_f32(wf, xr, K);
-                }
-            }
-        }
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    int64_t N = w->ne[1], units = (N + 15) / 16, u0, u1, n0, n1;
+    bool fast = fast_ok(isa, a->dst);
+    if (fast && kiln__mm_wants_q8(w->type)) {
+        quantize_columns(a, isa);
+        kiln__pool_barrier(a->pool);
     }
+    kiln__cpu_split(units, a->ith, a->nth, &u0, &u1);
+    n0 = KILN__MIN(u0 * 16, N);
+    n1 = KILN__MIN(u1 * 16, N);
+    for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
+            if (fast) multiply(a, isa, i2, i3, n0, n1);
+            else fallback(a, isa, i2, i3, n0, n1);
+        }
+}
+
+void kiln__cpu_linear_fast(const kiln_cpu_args *a) {
+    if ((a->dst->ip[1] & KILN_LINEAR_TRANS0) || !fast_ok(kiln__cpu_isa(), a->dst)) {
+        kiln__cpu_linear(a);
+        return;
+    }
+    kiln__cpu_matmul(a);
 }

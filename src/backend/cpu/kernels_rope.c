@@ -3,7 +3,8 @@
  *
  * For pair index i = 0, 2, 4, ... < n_rot: theta = pos * scale / base^(i / n_rot). NORMAL mode rotates
  * adjacent elements (i, i + 1); NEOX mode rotates (i/2, i/2 + n_rot/2). Elements at n_rot and beyond are
- * copied unchanged (partial rotary).
+ * copied unchanged (partial rotary). With frequency factors (src2, Llama 3), theta of pair i/2 is divided by
+ * factor[i/2].
  */
 #include "backend/cpu/kernels.h"
 
@@ -13,6 +14,7 @@
 
 void kiln__cpu_rope(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0], *pos = a->dst->src[1];
+    const float *factors = a->dst->src[2] ? (const float *)a->dst->src[2]->data : NULL;
     int32_t n_rot = a->dst->ip[0], mode = a->dst->ip[1];
     float base = a->dst->fp[0], scale = a->dst->fp[1];
     int64_t D = x->ne[0], H = x->ne[1], r0, r1;
@@ -26,6 +28,7 @@ void kiln__cpu_rope(const kiln_cpu_args *a) {
         for (int64_t i = 0; i < n_rot; i += 2) {
             float freq = 1.0f / powf(base, (float)i / (float)n_rot);
             float theta = scale == 1.0f ? (float)p * freq : (float)p * scale * freq;
+            if (factors) theta /= factors[i / 2];
             float c = cosf(theta), s = sinf(theta);
             int64_t i0 = mode == KILN_ROPE_NEOX ? i / 2 : i;
             int64_t i1 = mode == KILN_ROPE_NEOX ? i / 2 + n_rot / 2 : i + 1;

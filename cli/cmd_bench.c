@@ -1,0 +1,244 @@
+/*
+ * cmd_bench.c - `kiln bench`: prompt-processing and generation speed of a model, modelled on llama-bench.
+ *
+ * Prompt processing (pp) decodes P random tokens as one batch into an empty cache; generation (tg) decodes
+ * N tokens one at a time from an empty cache. Each test runs once to warm up, then R times; the table
+ * shows mean +- standard deviation of tokens per second. At start-up the tool measures the machine's read
+ * bandwidth with T threads each reading 8 interleaved streams of a buffer far larger than the caches (a
+ * single sequential stream under-reports what a matmul with several weight rows in flight gets), and
+ * reports decode bandwidth = weight bytes read per generated token x tokens per second, and its share of
+ * the measured bandwidth. Weight bytes per token are all weights except the token-embedding table, of
+ * which one row is read (when the output projection has its own matrix).
+ */
+#include "common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char bench_help[] =
+    "usage: kiln bench -m FILE [options]\n"
+    "\n"
+    "Measure prompt processing and generation speed (tokens/s, mean +- sd over R runs).\n"
+    "\n"
+    "  -m, --model FILE    GGUF model (default: the bundled stories260K)\n"
+    "  -p, --n-prompt P    prompt tokens processed as one batch (default 512; 0 skips the test)\n"
+    "  -n, --n-gen N       tokens generated one at a time (default 128; 0 skips the test)\n"
+    "  -t, --threads T     threads (default: physical cores)\n"
+    "  -r, --repetitions R runs per test after one warm-up run (default 5)\n"
+    "  -o, --output F      md (default) or json\n"
+    "  --cpu LEVEL         force a kernel level: ref, avx2, avx512 or amx (same as KILN_CPU=LEVEL);\n"
+    "                      a level the CPU lacks falls back to the best one below it\n"
+    "  --no-bandwidth      skip the start-up read-bandwidth measurement\n"
+    "  -h, --help          this text\n";
+
+typedef struct bench_options {
+    const char *model, *output, *cpu;
+    long n_prompt, n_gen, n_threads, reps;
+    bool bandwidth;
+} bench_options;
+
+typedef struct bench_result {
+    double mean, sd; /* tokens per second */
+} bench_result;
+
+static int parse(int argc, char **argv, bench_options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(bench_help, stdout);
+            return -1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_arg_str("bench", argc, argv, &i, &o->model);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt"))
+            ok = cli_arg_int("bench", argc, argv, &i, 0, 1L << 20, &o->n_prompt);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen"))
+            ok = cli_arg_int("bench", argc, argv, &i, 0, 1L << 20, &o->n_gen);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            ok = cli_arg_int("bench", argc, argv, &i, 1, 1024, &o->n_threads);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions"))
+            ok = cli_arg_int("bench", argc, argv, &i, 1, 1000, &o->reps);
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = cli_arg_str("bench", argc, argv, &i, &o->output);
+        else if (!strcmp(a, "--cpu")) ok = cli_arg_str("bench", argc, argv, &i, &o->cpu);
+        else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
+        else return cli_usage_error("bench", "unknown option '%s'", a);
+        if (!ok) return CLI_USAGE;
+    }
+    if (strcmp(o->output, "md") && strcmp(o->output, "json"))
+        return cli_usage_error("bench", "output format '%s' is neither md nor json", o->output);
+    if (o->cpu && strcmp(o->cpu, "ref") && strcmp(o->cpu, "avx2") && strcmp(o->cpu, "avx512") && strcmp(o->cpu, "amx"))
+        return cli_usage_error("bench", "cpu level '%s' is not one of ref, avx2, avx512, amx", o->cpu);
+    return CLI_OK;
+}
+
+/* ---- read bandwidth ---- */
+
+#define BW_STREAMS 8
+#define BW_BYTES ((size_t)768 << 20)
+
+typedef struct bw_job {
+    const uint64_t *base;
+    size_t words; /* this thread's share */
+    uint64_t sum;
+} bw_job;
+
+static void *bw_read(void *p) {
+    bw_job *j = p;
+    size_t stream = j->words / BW_STREAMS / 8 * 8;
+    uint64_t acc[8] = {0};
+    for (size_t i = 0; i < stream; i += 8)
+        for (int s = 0; s < BW_STREAMS; s++) {
+            const uint64_t *q = j->base + (size_t)s * stream + i;
+            for (int w = 0; w < 8; w++) acc[w] += q[w];
+        }
+    for (int w = 0; w < 8; w++) j->sum += acc[w];
+    return NULL;
+}
+
+/* Best of three passes over a 768 MiB buffer with n threads, in GB/s (0 on failure). */
+static double measure_bandwidth(int n) {
+    uint64_t *buf = malloc(BW_BYTES);
+    bw_job jobs[64];
+    pthread_t th[64];
+    double best = 0;
+    if (!buf || n > 64) {
+        free(buf);
+        return 0;
+    }
+    memset(buf, 1, BW_BYTES);
+    for (int pass = 0; pass < 4; pass++) {
+        size_t share = BW_BYTES / sizeof(uint64_t) / (size_t)n;
+        double t0 = cli_now_seconds(), dt;
+        for (int i = 0; i < n; i++) {
+            jobs[i] = (bw_job){buf + (size_t)i * share, share, 0};
+            if (i > 0 && pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) n = i;
+        }
+        bw_read(&jobs[0]);
+        for (int i = 1; i < n; i++) pthread_join(th[i], NULL);
+        dt = cli_now_seconds() - t0;
+        if (pass > 0 && dt > 0) best = fmax(best, (double)(share / BW_STREAMS / 8 * 8 * BW_STREAMS) * 8.0 * n / dt / 1e9);
+    }
+    free(buf);
+    return best;
+}
+
+/* ---- the two tests ---- */
+
+static void fill_tokens(int32_t *toks, long n, int32_t n_vocab) {
+    uint64_t s = 12345;
+    for (long i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        toks[i] = (int32_t)((s >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+/* One run: the prompt as one batch (gen = false) or n tokens one at a time; returns tokens/s or < 0. */
+static double run_once(kiln_ctx *ctx, const int32_t *toks, long n, bool gen) {
+    const float *logits;
+    kiln_status s;
+    double t0;
+    kiln_ctx_reset(ctx);
+    t0 = cli_now_seconds();
+    if (!gen) {
+        if ((s = kiln_ctx_decode(ctx, toks, (int32_t)n, &logits))) {
+            cli_fail("bench", s, "prompt");
+            return -1;
+        }
+    } else {
+        for (long i = 0; i < n; i++)
+            if ((s = kiln_ctx_decode(ctx, &toks[i], 1, &logits))) {
+                cli_fail("bench", s, "generation");
+                return -1;
+            }
+    }
+    return (double)n / (cli_now_seconds() - t0);
+}
+
+static int run_test(kiln_ctx *ctx, const int32_t *toks, long n, bool gen, long reps, bench_result *out) {
+    double sum = 0, sum2 = 0, v;
+    if (run_once(ctx, toks, n, gen) < 0) return CLI_FAIL; /* warm-up */
+    for (long r = 0; r < reps; r++) {
+        if ((v = run_once(ctx, toks, n, gen)) < 0) return CLI_FAIL;
+        sum += v;
+        sum2 += v * v;
+    }
+    out->mean = sum / (double)reps;
+    out->sd = reps > 1 ? sqrt(fmax(0.0, (sum2 - sum * sum / (double)reps) / (double)(reps - 1))) : 0.0;
+    return CLI_OK;
+}
+
+/* Weight bytes a generated token reads: everything but the embedding table, of which one row. */
+static double bytes_per_token(const kiln_model *m) {
+    const kiln_gguf *g = kiln_model_gguf(m);
+    double total = (double)kiln_model_weight_bytes(m);
+    int64_t e = kiln_gguf_find_tensor(g, "token_embd.weight");
+    kiln_tensor_info info;
+    if (e >= 0 && kiln_gguf_find_tensor(g, "output.weight") >= 0 && !kiln_gguf_tensor_info(g, e, &info))
+        total -= (double)info.size - (double)info.size / (double)info.ne[1];
+    return total;
+}
+
+static void print_report(const bench_options *o, const kiln_model *m, double bw, const bench_result *pp,
+                         const bench_result *tg) {
+    double size = (double)kiln_model_weight_bytes(m), bpt = bytes_per_token(m);
+    double dec = tg ? bpt * tg->mean / 1e9 : 0;
+    const char *level = o->cpu ? o->cpu : getenv("KILN_CPU");
+    if (!level || !*level) level = "best";
+    if (!strcmp(o->output, "json")) {
+        printf("{\"model\": \"%s\", \"size_bytes\": %.0f, \"bytes_per_token\": %.0f, \"threads\": %ld, "
+               "\"cpu\": \"%s\", \"read_bandwidth_gbs\": %.2f",
+               o->model, size, bpt, o->n_threads, level, bw);
+        if (pp) printf(", \"pp\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f}", o->n_prompt, pp->mean, pp->sd);
+        if (tg)
+            printf(", \"tg\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f, \"decode_gbs\": %.2f, \"share\": %.3f}",
+                   o->n_gen, tg->mean, tg->sd, dec, bw > 0 ? dec / bw : 0);
+        printf(", \"reps\": %ld}\n", o->reps);
+        return;
+    }
+    printf("model: %s (%.2f GiB of weights, %.2f GB read per generated token)\n", o->model, size / 1073741824.0,
+           bpt / 1e9);
+    if (bw > 0) printf("read bandwidth: %.1f GB/s (%ld threads x %d streams)\n", bw, o->n_threads, BW_STREAMS);
+    printf("\n| test | threads | cpu | t/s | decode GB/s | share of read bandwidth |\n|---|---|---|---|---|---|\n");
+    if (pp) printf("| pp%ld | %ld | %s | %.2f ± %.2f | | |\n", o->n_prompt, o->n_threads, level, pp->mean, pp->sd);
+    if (tg) {
+        printf("| tg%ld | %ld | %s | %.2f ± %.2f | %.2f |", o->n_gen, o->n_threads, level, tg->mean, tg->sd, dec);
+        if (bw > 0) printf(" %.0f%% |\n", 100.0 * dec / bw);
+        else printf(" |\n");
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_options o = {NULL, "md", NULL, 512, 128, 0, 5, true};
+    bench_result pp, tg;
+    kiln_model *m = NULL;
+    kiln_ctx *ctx = NULL;
+    kiln_ctx_params cp = kiln_ctx_params_default();
+    int32_t *toks = NULL;
+    double bw = 0;
+    kiln_status s;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    if (!o.model) o.model = cli_default_model();
+    if (o.cpu) setenv("KILN_CPU", o.cpu, 1); /* read once, when the first backend starts */
+    if (!o.n_threads) o.n_threads = kiln_default_threads();
+    if ((s = kiln_model_load(o.model, &m))) return cli_fail("bench", s, o.model);
+    cp.n_threads = (int32_t)o.n_threads;
+    cp.n_ctx = (int32_t)(o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen);
+    toks = malloc(sizeof *toks * (size_t)(cp.n_ctx + 1));
+    if (!toks) {
+        kiln_model_destroy(m);
+        return cli_fail("bench", KILN_E_NOMEM, "token buffer");
+    }
+    fill_tokens(toks, cp.n_ctx, kiln_model_n_vocab(m));
+    if ((s = kiln_ctx_create(m, &cp, &ctx))) rc = cli_fail("bench", s, "creating a context");
+    if (!rc && o.bandwidth) bw = measure_bandwidth((int)o.n_threads);
+    if (!rc && o.n_prompt > 0) rc = run_test(ctx, toks, o.n_prompt, false, o.reps, &pp);
+    if (!rc && o.n_gen > 0) rc = run_test(ctx, toks, o.n_gen, true, o.reps, &tg);
+    if (!rc) print_report(&o, m, bw, o.n_prompt > 0 ? &pp : NULL, o.n_gen > 0 ? &tg : NULL);
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+    free(toks);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * dispatch.c - the kernel dispatch table: one kiln_cpu_isa per level, built once, each level starting
+ * from the one below it. kiln__cpu_isa() returns the table of the active level (cpu_features.h), so
+ * KILN_CPU or a forced level takes effect at the next graph computation.
+ */
+#include "backend/cpu/kernels.h"
+
+#include <pthread.h>
+
+static kiln_cpu_isa tables[KILN_CPU_LEVEL_COUNT];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void build(void) {
+    kiln_cpu_level max = kiln__cpu_max_level();
+    kiln__cpu_isa_init_ref(&tables[KILN_CPU_REF]);
+    for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
+        tables[l] = tables[l - 1];
+        tables[l].level = (kiln_cpu_level)l;
+        if (l > (int)max) continue;
+        if (l == KILN_CPU_AVX2) kiln__cpu_isa_init_avx2(&tables[l]);
+        if (l == KILN_CPU_AVX512) {
+            kiln__cpu_isa_init_avx512(&tables[l]);
+            kiln__cpu_isa_init_avx512_packed(&tables[l]);
+        }
+        if (l == KILN_CPU_AMX) kiln__cpu_isa_init_amx(&tables[l]);
+    }
+}
+
+const kiln_cpu_isa *kiln__cpu_isa_for(kiln_cpu_level level) {
+    if (level < KILN_CPU_REF || level > kiln__cpu_max_level()) return NULL;
+    pthread_once(&once, build);
+    return &tables[level];
+}
+
+const kiln_cpu_isa *kiln__cpu_isa(void) { return kiln__cpu_isa_for(kiln__cpu_level()); }

@@ -1,0 +1,143 @@
+/*
+ * kernels_mm_ref.c - scalar reference matmul tiles (see kiln_mm_fn in kernels.h) and the activation
+ * quantizer. These define the arithmetic the SIMD variants are tested against:
+ *   F32, F16, BF16   sum over k of w[k] * x[k], in float, left to right (weights converted exactly);
+ *   Q8_0, Q4_0       per 32-block an exact integer dot of the weight quants with the q8 activation
+ *                    quants, scaled by d_w * d_x and summed in float block by block.
+ * Also the float vector helpers of the attention kernel: dot, y += a x, y *= a.
+ */
+#include "backend/cpu/kernels.h"
+
+#include "tensor/types.h"
+
+#include <math.h>
+
+void kiln__q8_quantize_ref(const float *x, void *row, int64_t k);
+
+void kiln__q8_quantize_ref(const float *x, void *row, int64_t k) {
+    int8_t *q = row;
+    float *d = (float *)((char *)row + k);
+    int32_t *s = (int32_t *)((char *)row + k + k / KILN_Q8_BLOCK * 4);
+    for (int64_t b = 0; b < k / KILN_Q8_BLOCK; b++) {
+        const float *xb = x + b * KILN_Q8_BLOCK;
+        float amax = 0.0f, db, id;
+        int32_t sum = 0;
+        for (int i = 0; i < KILN_Q8_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        db = amax / 127.0f;
+        id = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int i = 0; i < KILN_Q8_BLOCK; i++) {
+            int32_t v = (int32_t)nearbyintf(xb[i] * id);
+            q[b * KILN_Q8_BLOCK + i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = sum;
+    }
+}
+
+static void mm_f32(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                   float *out, size_t os) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++)
+            out[c * os + r] = kiln__cpu_dot_f32((const float *)((const char *)w + r * ws),
+                                                (const float *)((const char *)x + c * xs), k);
+}
+
+static void mm_half(bool bf16, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                    int64_t nc, float *out, size_t os) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *wr = (const uint16_t *)((const char *)w + r * ws);
+            const float *xr = (const float *)((const char *)x + c * xs);
+            float sum = 0.0f;
+            for (int64_t i = 0; i < k; i++)
+                sum += (bf16 ? kiln_bf16_to_fp32(wr[i]) : kiln_fp16_to_fp32(wr[i])) * xr[i];
+            out[c * os + r] = sum;
+        }
+}
+
+static void mm_f16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                   float *out, size_t os) {
+    mm_half(false, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+static void mm_bf16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                    float *out, size_t os) {
+    mm_half(true, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+static float dot_q8_0(int64_t k, const kiln_block_q8_0 *wb, const void *xrow) {
+    const int8_t *q = xrow;
+    const float *d = kiln__q8_row_d(xrow, k);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / KILN_Q8_BLOCK; b++) {
+        int32_t isum = 0;
+        for (int i = 0; i < KILN_Q8_BLOCK; i++) isum += wb[b].qs[i] * q[b * KILN_Q8_BLOCK + i];
+        sum += kiln_fp16_to_fp32(wb[b].d) * d[b] * (float)isum;
+    }
+    return sum;
+}
+
+static float dot_q4_0(int64_t k, const kiln_block_q4_0 *wb, const void *xrow) {
+    const int8_t *q = xrow;
+    const float *d = kiln__q8_row_d(xrow, k);
+    const int32_t *s = kiln__q8_row_s(xrow, k);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / KILN_Q8_BLOCK; b++) {
+        const int8_t *qb = q + b * KILN_Q8_BLOCK;
+        int32_t isum = 0;
+        for (int i = 0; i < KILN_Q8_BLOCK / 2; i++)
+            isum += (wb[b].qs[i] & 0x0f) * qb[i] + (wb[b].qs[i] >> 4) * qb[i + KILN_Q8_BLOCK / 2];
+        isum -= 8 * s[b];
+        sum += kiln_fp16_to_fp32(wb[b].d) * d[b] * (float)isum;
+    }
+    return sum;
+}
+
+static void mm_q8_0(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                    float *out, size_t os) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++)
+            out[c * os + r] = dot_q8_0(k, (const kiln_block_q8_0 *)((const char *)w + r * ws),
+                                       (const char *)x + c * xs);
+}
+
+static void mm_q4_0(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                    float *out, size_t os) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++)
+            out[c * os + r] = dot_q4_0(k, (const kiln_block_q4_0 *)((const char *)w + r * ws),
+                                       (const char *)x + c * xs);
+}
+
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = kiln_fp16_to_fp32(x[i]);
+}
+
+static void bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = kiln_bf16_to_fp32(x[i]);
+}
+
+static void axpy_f32(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void scale_f32(float *y, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
+    t->level = KILN_CPU_REF;
+    for (int i = 0; i < KILN_TYPE_COUNT; i++) t->mm[i] = t->mm_packed[i] = NULL;
+    t->mm[KILN_TYPE_F32] = mm_f32;
+    t->mm[KILN_TYPE_F16] = mm_f16;
+    t->mm[KILN_TYPE_BF16] = mm_bf16;
+    t->mm[KILN_TYPE_Q8_0] = mm_q8_0;
+    t->mm[KILN_TYPE_Q4_0] = mm_q4_0;
+    t->quantize_q8 = kiln__q8_quantize_ref;
+    t->f16_to_f32 = f16_to_f32;
+    t->bf16_to_f32 = bf16_to_f32;
+    t->dot_f32 = kiln__cpu_dot_f32;
+    t->axpy_f32 = axpy_f32;
+    t->scale_f32 = scale_f32;
+}

@@ -1,0 +1,122 @@
+/*
+ * avx512_packed.c - VNNI matmul tiles over repacked Q8_0 and Q4_0 weights (layout in repack.c). One
+ * 64-byte load holds 4 bytes of each of 16 rows; vpdpbusd with the 4 matching activation bytes broadcast
+ * to every lane advances 16 row dots at once, so no horizontal sums and no per-row scale shuffles are
+ * needed. Up to 4 activation columns share each weight load (prefill); decode uses one column.
+ *
+ *   Q8_0  weights are stored as q + 128 (unsigned): sum((q + 128) x) = sum(q x) + 128 sum(x), and sum(x)
+ *         is the q8 row's block sum s, so the correction is one broadcast per block and column.
+ *   Q4_0  nibbles n are unsigned: sum((n - 8) x) = sum(n x) - 8 s.
+ * The reference is the unpacked scalar tile (kernels_mm_ref.c); tests compare the two.
+ */
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) KILN_AVX512
+#define CMAX 4
+
+INLINE __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Block b of one group times C columns, accumulated into acc. */
+INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b, const char *x, size_t xs,
+                  __m512 *acc) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const int bias = type == KILN_TYPE_Q8_0 ? 128 : 8;
+    const unsigned char *q = w + b * (type == KILN_TYPE_Q8_0 ? 544 : 288);
+    __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + (type == KILN_TYPE_Q8_0 ? 512 : 256))));
+    __m512i isum[CMAX];
+    for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
+    if (type == KILN_TYPE_Q8_0) {
+        for (int j = 0; j < 8; j++) {
+            __m512i wv = _mm512_loadu_si512((const void *)(q + 64 * j));
+            for (int c = 0; c < C; c++)
+                isum[c] = _mm512_dpbusd_epi32(isum[c], wv, bcast4((const int8_t *)(x + c * xs) + b * 32 + 4 * j));
+        }
+    } else {
+        for (int j = 0; j < 4; j++) {
+            __m512i wv = _mm512_loadu_si512((const void *)(q + 64 * j));
+            __m512i lo = _mm512_and_si512(wv, low4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), low4);
+            for (int c = 0; c < C; c++) {
+                const int8_t *xb = (const int8_t *)(x + c * xs) + b * 32;
+                isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4(xb + 4 * j));
+                isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4(xb + 16 + 4 * j));
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        const char *xr = x + c * xs;
+        __m512i corr = _mm512_set1_epi32(bias * kiln__q8_row_s(xr, k)[b]);
+        __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(kiln__q8_row_d(xr, k)[b]));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[c], corr)), scale, acc[c]);
+    }
+}
+
+/* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as STREAMS
+ * interleaved streams, each into its own accumulator, because the memory system feeds a thread faster
+ * from several streams than from one; the partial sums are added in a fixed order. */
+#define STREAMS 4
+#define PREFETCH_BLOCKS 6
+INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char *x, size_t xs, float *out,
+                  size_t os) {
+    const int64_t nb = k / KILN_Q8_BLOCK;
+    if (C == 1) {
+        __m512 acc[STREAMS];
+        int64_t seg = nb / STREAMS;
+        for (int s = 0; s < STREAMS; s++) acc[s] = _mm512_setzero_ps();
+        const int64_t bs = type == KILN_TYPE_Q8_0 ? 544 : 288;
+        for (int64_t i = 0; i < seg; i++)
+            for (int s = 0; s < STREAMS; s++) {
+                /* Short streams (a group is 9-50 KB) end before the hardware prefetcher ramps up. */
+                uintptr_t ahead = (uintptr_t)w + (uintptr_t)((s * seg + i + PREFETCH_BLOCKS) * bs);
+                for (int64_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
+                block(type, 1, k, w, s * seg + i, x, xs, &acc[s]);
+            }
+        for (int64_t b = STREAMS * seg; b < nb; b++) block(type, 1, k, w, b, x, xs, &acc[0]);
+        for (int s = 1; s < STREAMS; s++) acc[0] = _mm512_add_ps(acc[0], acc[s]);
+        _mm512_storeu_ps(out, acc[0]);
+        return;
+    }
+    __m512 acc[CMAX];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) block(type, C, k, w, b, x, xs, acc);
+    for (int c = 0; c < C; c++) _mm512_storeu_ps(out + c * os, acc[c]);
+}
+
+#define DEFINE_PACKED(fn, type)                                                                        \
+    KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
+                               int64_t nc, float *out, size_t os) {                                    \
+        for (int64_t g = 0; g < nr / 16; g++) {                                                        \
+            const unsigned char *wg = (const unsigned char *)w + g * ws;                               \
+            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                \
+                const char *xc = (const char *)x + c0 * xs;                                            \
+                float *o = out + c0 * os + g * 16;                                                     \
+                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
+                case 4: group(type, 4, k, wg, xc, xs, o, os); break;                                   \
+                case 3: group(type, 3, k, wg, xc, xs, o, os); break;                                   \
+                case 2: group(type, 2, k, wg, xc, xs, o, os); break;                                   \
+                default: group(type, 1, k, wg, xc, xs, o, os); break;                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0)
+DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0)
+
+void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t) {
+    t->mm_packed[KILN_TYPE_Q8_0] = packed_q8_0;
+    t->mm_packed[KILN_TYPE_Q4_0] = packed_q4_0;
+}
+
+#else
+void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t) { (void)t; }
+#endif

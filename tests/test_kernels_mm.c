@@ -1,0 +1,238 @@
+/*
+ * test_kernels_mm.c - the matmul tile kernels and the activation quantizer of every instruction-set level
+ * this machine supports, against the scalar references (kernels_mm_ref.c), on random inputs of odd sizes.
+ *
+ * Tolerances: float-weight tiles differ from the reference only in summation order, so |got - ref| <=
+ * 4e-7 * k * sum|w x| (k roundings of float epsilon 1.2e-7 each, with margin). Quantized tiles compute
+ * each 32-block's integer dot exactly; only the float sum over blocks is reordered: 1e-6 * (k / 32) *
+ * sum|w x|. The quantizer's output is specified exactly, so every level must produce the same bytes.
+ */
+#include "harness.h"
+
+#include "backend/cpu/kernels.h"
+#include "core/core.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Deterministic pseudo-random floats in [-1, 1). */
+static float test_rand(uint64_t *state) {
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void fill_random(float *x, size_t n, uint64_t seed) {
+    uint64_t st = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) x[i] = test_rand(&st);
+}
+
+#define MAXK 1056
+#define MAXR 11
+#define MAXC 7
+
+static float wf[MAXR * MAXK], xf[MAXC * MAXK];
+static unsigned char wraw[48 * MAXK * 2], xq[MAXC * 2048];
+
+/* Random weights of a type, row by row; returns the row stride in bytes. */
+static size_t make_rows(kiln_type type, int64_t k, int64_t nr, uint64_t seed) {
+    size_t rb;
+    uint64_t st = seed;
+    kiln_type_row_bytes(type, k, &rb);
+    for (int64_t r = 0; r < nr; r++) {
+        unsigned char *row = wraw + r * rb;
+        for (int64_t i = 0; i < k; i++) wf[r * MAXK + i] = test_rand(&st);
+        if (type == KILN_TYPE_F32) memcpy(row, wf + r * MAXK, (size_t)k * 4);
+        for (int64_t i = 0; type == KILN_TYPE_F16 && i < k; i++)
+            ((uint16_t *)row)[i] = kiln_fp32_to_fp16(wf[r * MAXK + i]);
+        for (int64_t i = 0; type == KILN_TYPE_BF16 && i < k; i++)
+            ((uint16_t *)row)[i] = kiln_fp32_to_bf16(wf[r * MAXK + i]);
+        if (kiln__mm_wants_q8(type)) {
+            size_t bb = kiln__type_traits(type)->block_bytes;
+            for (size_t i = 0; i < rb; i++) row[i] = (unsigned char)(test_rand(&st) * 127.5f + 128);
+            for (size_t b = 0; b < rb / bb; b++) {
+                uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
+                memcpy(row + b * bb, &d, 2);
+            }
+        }
+        kiln_dequantize(type, row, wf + r * MAXK, k); /* what the row means, for the error bound */
+    }
+    return rb;
+}
+
+/* sum_i |w_i x_i| for the bound, with x as the kernel sees it (dequantized q8 when quantized). */
+static double abs_dot(const float *w, const float *x, int64_t k) {
+    double s = 0;
+    for (int64_t i = 0; i < k; i++) s += fabs((double)w[i] * x[i]);
+    return s;
+}
+
+static void check_level_tile(const kiln_cpu_isa *isa, const kiln_cpu_isa *ref, kiln_type type, int64_t k,
+                             int64_t nr, int64_t nc, uint64_t seed) {
+    static float got[MAXC * MAXR], want[MAXC * MAXR], xd[MAXC * MAXK];
+    bool q8 = kiln__mm_wants_q8(type);
+    size_t ws = make_rows(type, k, nr, seed), xs = q8 ? kiln__q8_row_bytes(k) : MAXK * sizeof(float);
+    fill_random(xf, MAXC * MAXK, seed + 1);
+    for (int64_t c = 0; c < nc; c++) {
+        if (!q8) {
+            memcpy(xd + c * MAXK, xf + c * MAXK, (size_t)k * 4);
+            continue;
+        }
+        ref->quantize_q8(xf + c * MAXK, xq + c * xs, k);
+        for (int64_t i = 0; i < k; i++)
+            xd[c * MAXK + i] = kiln__q8_row_d(xq + c * xs, k)[i / 32] * (float)((int8_t *)(xq + c * xs))[i];
+    }
+    const void *x = q8 ? (const void *)xq : (const void *)xf;
+    isa->mm[type](k, wraw, ws, nr, x, xs, nc, got, MAXR);
+    ref->mm[type](k, wraw, ws, nr, x, xs, nc, want, MAXR);
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++) {
+            double bound = abs_dot(wf + r * MAXK, xd + c * MAXK, k);
+            double tol = q8 ? 1e-6 * (double)(k / 32) * bound : 4e-7 * (double)k * bound;
+            double err = fabs((double)got[c * MAXR + r] - want[c * MAXR + r]);
+            if (!(err <= tol)) {
+                harness_fail(__FILE__, __LINE__, "%s %s k=%lld nr=%lld nc=%lld (%lld,%lld): %.9g vs ref %.9g",
+                             kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k, (long long)nr,
+                             (long long)nc, (long long)r, (long long)c, got[c * MAXR + r], want[c * MAXR + r]);
+                return;
+            }
+        }
+}
+
+static const kiln_type mm_types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0};
+
+static void every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes(void) {
+    static const int64_t kf[] = {1, 7, 15, 16, 17, 33, 100, 257, 1029};
+    static const int64_t kq[] = {32, 64, 96, 160, 544, 1056};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    int levels = 0;
+    for (int l = KILN_CPU_REF + 1; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        levels++;
+        for (size_t t = 0; t < KILN__ARRAY_LEN(mm_types); t++) {
+            bool q8 = kiln__mm_wants_q8(mm_types[t]);
+            const int64_t *ks = q8 ? kq : kf;
+            size_t nk = q8 ? KILN__ARRAY_LEN(kq) : KILN__ARRAY_LEN(kf);
+            for (size_t i = 0; i < nk; i++)
+                for (int64_t nr = 1; nr <= MAXR; nr += 2)
+                    for (int64_t nc = 1; nc <= MAXC; nc += 3)
+                        check_level_tile(isa, ref, mm_types[t], ks[i], nr, nc, 1000 * (uint64_t)l + 10 * i + t);
+        }
+    }
+    printf("  (%d SIMD levels checked; the machine's best is %s)\n", levels,
+           kiln__cpu_level_name(kiln__cpu_max_level()));
+}
+
+static void every_level_quantizes_activations_to_the_same_bytes_as_the_reference(void) {
+    static float x[1024];
+    static unsigned char want[2048], got[2048];
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int trial = 0; trial < 4; trial++) {
+        fill_random(x, 1024, 77 + (uint64_t)trial);
+        for (int i = 0; i < 1024; i++) x[i] *= trial == 3 ? 1e-30f : (float)(1 + trial * 50);
+        memset(x + 64, 0, 32 * sizeof(float)); /* an all-zero block gets d = 0 and zero quants */
+        x[5] = 127.0f * 3.5f / 127.0f;         /* exact halves exercise round-to-even */
+        ref->quantize_q8(x, want, 1024);
+        CHECK(kiln__q8_row_d(want, 1024)[2] == 0.0f);
+        for (int l = KILN_CPU_REF + 1; l <= (int)kiln__cpu_max_level(); l++) {
+            memset(got, 0, sizeof got);
+            kiln__cpu_isa_for((kiln_cpu_level)l)->quantize_q8(x, got, 1024);
+            CHECK(memcmp(got, want, kiln__q8_row_bytes(1024) - 64) == 0);
+        }
+    }
+}
+
+/* The reference itself: block-wise integer dots of the q8 activations equal the float dot of what the
+ * dequantizer (src/tensor) says the weights are with what the q8 row says the activations are. */
+static void reference_integer_dots_equal_the_dequantized_dot(void) {
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    float out[3];
+    for (int t = 3; t < 5; t++) {
+        size_t ws = make_rows(mm_types[t], 256, 3, 5 + (uint64_t)t), xs = kiln__q8_row_bytes(256);
+        fill_random(xf, 256, 9);
+        ref->quantize_q8(xf, xq, 256);
+        ref->mm[mm_types[t]](256, wraw, ws, 3, xq, xs, 1, out, 3);
+        for (int r = 0; r < 3; r++) {
+            double want = 0, mag = 0;
+            for (int i = 0; i < 256; i++) {
+                double xv = (double)kiln__q8_row_d(xq, 256)[i / 32] * ((int8_t *)xq)[i];
+                want += wf[r * MAXK + i] * xv;
+                mag += fabs(wf[r * MAXK + i] * xv);
+            }
+            CHECK_NEAR(out[r], want, 1e-6 * mag);
+        }
+    }
+}
+
+/* The quantizer's contract, computed independently: d = max|x| / 127, q = round-half-even(x / d). */
+static void q8_rows_follow_the_documented_layout(void) {
+    float x[64];
+    unsigned char row[256];
+    fill_random(x, 64, 3);
+    kiln__cpu_isa_for(KILN_CPU_REF)->quantize_q8(x, row, 64);
+    for (int b = 0; b < 2; b++) {
+        double amax = 0;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) amax = fmax(amax, fabs(x[b * 32 + i]));
+        CHECK_NEAR(kiln__q8_row_d(row, 64)[b], amax / 127, 1e-7 * amax);
+        for (int i = 0; i < 32; i++) {
+            int q = ((int8_t *)row)[b * 32 + i];
+            CHECK(fabs(q - x[b * 32 + i] / (amax / 127)) <= 0.5 + 1e-4);
+            sum += q;
+        }
+        CHECK_EQ_INT(kiln__q8_row_s(row, 64)[b], sum);
+    }
+}
+
+/* Repacked weights (repack.c) through each level's packed tiles equal the unpacked reference tile. */
+static void packed_tiles_match_the_reference_on_repacked_weights(void) {
+    static float got[40 * 48], want[40 * 48], xs_f[40 * MAXK];
+    static unsigned char packed[48 * 34 * (MAXK / 32)], xq2[(40 + 15) * 1408];
+    static const int64_t ncs[] = {1, 3, 7, 16, 17, 35}; /* AMX takes 16 columns at a time */
+    static const int64_t ks[] = {32, 96, 160, 1056};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    int checked = 0;
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int t = 3; t < 5; t++) {
+            kiln_type type = mm_types[t];
+            if (!isa->mm_packed[type]) continue;
+            for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
+                for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
+                    int64_t k = ks[i], nr = 48, nc = ncs[ic];
+                    size_t rb, xs = kiln__q8_row_bytes(k), gs = kiln__repack_group_bytes(type, k);
+                    uint64_t st = 31 * (uint64_t)l + 7 * i + (uint64_t)t;
+                    kiln_type_row_bytes(type, k, &rb);
+                    for (size_t j = 0; j < rb * (size_t)nr; j++) wraw[j] = (unsigned char)(test_rand(&st) * 127.5f + 128);
+                    for (int64_t r = 0; r < nr * k / 32; r++) { /* sane scales */
+                        uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
+                        memcpy(wraw + r * (int64_t)kiln__type_traits(type)->block_bytes, &d, 2);
+                    }
+                    CHECK(kiln__repack_supported(type, k, nr));
+                    kiln__repack(type, wraw, rb, k, nr, packed);
+                    fill_random(xs_f, 40 * MAXK, st);
+                    for (int64_t c = 0; c < nc; c++) ref->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
+                    isa->mm_packed[type](k, packed, gs, nr, xq2, xs, nc, got, 48);
+                    ref->mm[type](k, wraw, rb, nr, xq2, xs, nc, want, 48);
+                    for (int64_t j = 0; j < nc * 48; j++)
+                        if (!(fabs(got[j] - want[j]) <= 1e-5 * (fabs(want[j]) + 1e-2) * (double)(k / 32))) {
+                            harness_fail(__FILE__, __LINE__, "%s packed %s k=%lld nc=%lld [%lld]: %.9g vs %.9g",
+                                         kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k,
+                                         (long long)nc, (long long)j, got[j], want[j]);
+                            break;
+                        }
+                    checked++;
+                }
+        }
+    }
+    printf("  (%d packed cases)\n", checked);
+}
+
+int main(void) {
+    RUN(q8_rows_follow_the_documented_layout);
+    RUN(reference_integer_dots_equal_the_dequantized_dot);
+    RUN(every_level_quantizes_activations_to_the_same_bytes_as_the_reference);
+    RUN(every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes);
+    RUN(packed_tiles_match_the_reference_on_repacked_weights);
+    return harness_finish();
+}
