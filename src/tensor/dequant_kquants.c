@@ -12,10 +12,20 @@
  */
 #include "tensor/types.h"
 
+/* The hot dequantizers are compiled for AVX-512 and AVX2 as well as the baseline, picked at load time by
+ * the dynamic loader (function multi-versioning). Each clone does the same float operations per element
+ * (no contraction: separate statements), so every clone is bit-exact with the others. gcc only: clang 14
+ * does not export the multi-versioned symbols from a static library. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KILN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KILN_CLONES
+#endif
+
 /* The loops walk the packed arrays in their storage order (per 128 or 64 elements), which keeps the
  * reference readable and fast enough for the row-wise matmul path. */
 
-void kiln__dequant_q2_k(const void *src, float *y, int64_t n) {
+KILN_CLONES void kiln__dequant_q2_k(const void *src, float *y, int64_t n) {
     const kiln_block_q2_k *b = src;
     for (int64_t i = 0; i < n / KILN_QK_K; i++, y += KILN_QK_K) {
         float d = kiln_fp16_to_fp32(b[i].d), dmin = kiln_fp16_to_fp32(b[i].dmin);
@@ -39,7 +49,7 @@ static void q3_k_scales(const uint8_t *sc, int out[16]) {
     }
 }
 
-void kiln__dequant_q3_k(const void *src, float *y, int64_t n) {
+KILN_CLONES void kiln__dequant_q3_k(const void *src, float *y, int64_t n) {
     const kiln_block_q3_k *b = src;
     int scales[16];
     for (int64_t i = 0; i < n / KILN_QK_K; i++, y += KILN_QK_K) {
@@ -59,7 +69,7 @@ void kiln__dequant_q3_k(const void *src, float *y, int64_t n) {
 
 /* Shared by Q4_K and Q5_K: 8 groups of 32 with 6-bit scales and mins; per 64 elements, 32 bytes of qs
  * (group 2c in the low nibbles, 2c + 1 in the high ones); hbits NULL for Q4_K. */
-static void dequant_q45_k(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs,
+static inline __attribute__((always_inline)) void dequant_q45_k(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs,
                           const uint8_t *hbits, float *y) {
     float d = kiln_fp16_to_fp32(d16), dmin = kiln_fp16_to_fp32(dmin16);
     for (int g = 0; g < 8; g++) {
@@ -77,19 +87,19 @@ static void dequant_q45_k(uint16_t d16, uint16_t dmin16, const uint8_t *scales, 
     }
 }
 
-void kiln__dequant_q4_k(const void *src, float *y, int64_t n) {
+KILN_CLONES void kiln__dequant_q4_k(const void *src, float *y, int64_t n) {
     const kiln_block_q4_k *b = src;
     for (int64_t i = 0; i < n / KILN_QK_K; i++, y += KILN_QK_K)
         dequant_q45_k(b[i].d, b[i].dmin, b[i].scales, b[i].qs, NULL, y);
 }
 
-void kiln__dequant_q5_k(const void *src, float *y, int64_t n) {
+KILN_CLONES void kiln__dequant_q5_k(const void *src, float *y, int64_t n) {
     const kiln_block_q5_k *b = src;
     for (int64_t i = 0; i < n / KILN_QK_K; i++, y += KILN_QK_K)
         dequant_q45_k(b[i].d, b[i].dmin, b[i].scales, b[i].qs, b[i].qh, y);
 }
 
-void kiln__dequant_q6_k(const void *src, float *y, int64_t n) {
+KILN_CLONES void kiln__dequant_q6_k(const void *src, float *y, int64_t n) {
     const kiln_block_q6_k *b = src;
     for (int64_t i = 0; i < n / KILN_QK_K; i++, y += KILN_QK_K) {
         float d = kiln_fp16_to_fp32(b[i].d);

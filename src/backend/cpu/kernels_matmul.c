@@ -41,21 +41,24 @@ size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node) {
     return kiln__q8_row_bytes(x->ne[0]) * ((size_t)kiln__tensor_nrows(x) + 15);
 }
 
+static void epilogue(const kiln_tensor *dst, float *out, size_t os, int64_t rows, int64_t M, int64_t n0);
+
 static void fallback(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2, int64_t i3, int64_t n0,
                      int64_t n1) {
     const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
     int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3], K = x->ne[0];
+    size_t os = a->dst->nb[1] / sizeof(float);
     bool vec = x->nb[0] == sizeof(float);
     for (int64_t n = n0; n < n1; n++) {
+        float *out = (float *)kiln__cpu_row(a->dst, 0, i2, i3) + n;
         kiln__dequantize_row(w->type, kiln__cpu_row(w, n, i2 / r2, i3 / r3), a->scratch, K);
         if (vec) { /* the F32 tile on the dequantized row */
-            isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1],
-                                   (float *)kiln__cpu_row(a->dst, 0, i2, i3) + n, a->dst->nb[1] / sizeof(float));
-            continue;
+            isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1], out, os);
+        } else {
+            for (int64_t m = 0; m < x->ne[1]; m++)
+                out[m * (int64_t)os] = isa->dot_f32(a->scratch, (const float *)kiln__cpu_row(x, m, i2, i3), K);
         }
-        for (int64_t m = 0; m < x->ne[1]; m++)
-            ((float *)kiln__cpu_row(a->dst, m, i2, i3))[n] =
-                kiln__cpu_dot_f32(a->scratch, (const float *)kiln__cpu_row(x, m, i2, i3), K);
+        if (a->dst->op == KILN_OP_LINEAR) epilogue(a->dst, out, os, 1, x->ne[1], n);
     }
 }
 
@@ -150,7 +153,7 @@ void kiln__cpu_matmul(const kiln_cpu_args *a) {
 }
 
 void kiln__cpu_linear_fast(const kiln_cpu_args *a) {
-    if ((a->dst->ip[1] & KILN_LINEAR_TRANS0) || !fast_ok(kiln__cpu_isa(), a->dst)) {
+    if (a->dst->ip[1] & KILN_LINEAR_TRANS0) {
         kiln__cpu_linear(a);
         return;
     }
