@@ -196,6 +196,22 @@ static void kiln_run_generates_with_every_test_model(void) {
     }
 }
 
+/* kiln chat on each family: two turns from piped stdin (these test models carry no chat template, so the
+ * plain template is used and said so), exit 0, a reply per turn. */
+static void kiln_chat_talks_with_every_test_model(void) {
+    for (size_t i = 0; i < KILN__ARRAY_LEN(ARCHS); i++) {
+        char cmd[1024], path[512];
+        snprintf(cmd, sizeof cmd, "printf 'hello there\\nand again\\n' | '%s' chat -m '%s' -n 4 --temp 0 > '%s/arch_chat.out' 2>'%s/arch_chat.err'",
+                 KILN_CLI_PATH, model_path(ARCHS[i]), KILN_TEST_TMP, KILN_TEST_TMP);
+        int rc = system(cmd);
+        if (rc != 0) harness_fail(__FILE__, __LINE__, "%s: kiln chat exited with %d", ARCHS[i], rc);
+        snprintf(path, sizeof path, "%s/arch_chat.err", KILN_TEST_TMP);
+        char *err = harness_read_file(path, NULL);
+        CHECK(err && strstr(err, "no chat template") != NULL);
+        free(err);
+    }
+}
+
 static void a_context_cannot_outgrow_a_learned_position_table(void) {
     kiln_model *m = NULL;
     kiln_ctx *c = NULL;
@@ -353,6 +369,7 @@ int main(void) {
     RUN(mistral_sliding_window_matches_transformers);
     RUN(llama3_factors_computed_from_keys_equal_the_converters_tensor);
     RUN(kiln_run_generates_with_every_test_model);
+    RUN(kiln_chat_talks_with_every_test_model);
     RUN(a_context_cannot_outgrow_a_learned_position_table);
     RUN(norm_subtracts_the_mean_and_divides_by_the_standard_deviation);
     RUN(rope_divides_each_pair_frequency_by_its_factor);
