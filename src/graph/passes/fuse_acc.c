@@ -17,22 +17,18 @@ static bool is_region_view(const kiln_tensor *v, const kiln_tensor *t) {
     return memcmp(v->ne, t->src[1]->ne, sizeof v->ne) == 0;
 }
 
+static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
+    kiln_tensor *sum = t->src[1];
+    if (t->op != KILN_OP_SET || !is_op(sum, KILN_OP_ADD) || !only_use(g, sum)) return NULL;
+    int k = is_region_view(sum->src[0], t) ? 0 : is_region_view(sum->src[1], t) ? 1 : -1;
+    if (k < 0) return NULL;
+    kiln_tensor *x = sum->src[1 - k];
+    if (memcmp(x->ne, sum->ne, sizeof x->ne) != 0 || x->nb[0] != sizeof(float)) return NULL;
+    size_t nb[3] = {(size_t)t->ip[0], (size_t)t->ip[1], (size_t)t->ip[2]};
+    return kiln__acc(g, t->src[0], x, nb, t->offset);
+}
+
 kiln_status kiln__pass_fuse_acc(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
     (void)env;
-    *n = 0;
-    kiln__graph_count_uses(g);
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
-        kiln_tensor *t = kiln__graph_node(g, i), *sum = t->src[1];
-        if (t->op != KILN_OP_SET || !is_op(sum, KILN_OP_ADD) || !only_use(g, sum)) continue;
-        int k = is_region_view(sum->src[0], t) ? 0 : is_region_view(sum->src[1], t) ? 1 : -1;
-        if (k < 0) continue;
-        kiln_tensor *x = sum->src[1 - k];
-        if (memcmp(x->ne, sum->ne, sizeof x->ne) != 0 || x->nb[0] != sizeof(float)) continue;
-        size_t nb[3] = {(size_t)t->ip[0], (size_t)t->ip[1], (size_t)t->ip[2]};
-        kiln_status s = pass_replace(g, t, kiln__acc(g, t->src[0], x, nb, t->offset));
-        if (s) return s;
-        (*n)++;
-        i = -1;
-    }
-    return KILN_OK;
+    return rewrite_each(g, fuse_one, n);
 }

@@ -68,20 +68,15 @@ static bool match(const kiln_graph *g, const kiln_tensor *t, attn_match *m) {
            m->k->nb[0] == sizeof(float) && m->v->nb[0] == sizeof(float);
 }
 
+static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
+    attn_match m;
+    if (!match(g, t, &m)) return NULL;
+    kiln_tensor *att = kiln__attention(g, m.q, m.k, m.v, m.mask->ip[0], m.scale);
+    if (att) att->flags |= m.mask->flags & KILN_TENSOR_NPAST;
+    return kiln__permute(g, att, 0, 2, 1, 3);
+}
+
 kiln_status kiln__pass_fuse_attention(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
     (void)env;
-    *n = 0;
-    kiln__graph_count_uses(g);
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
-        kiln_tensor *t = kiln__graph_node(g, i);
-        attn_match m;
-        if (!match(g, t, &m)) continue;
-        kiln_tensor *att = kiln__attention(g, m.q, m.k, m.v, m.mask->ip[0], m.scale);
-        if (att) att->flags |= m.mask->flags & KILN_TENSOR_NPAST;
-        kiln_status s = pass_replace(g, t, kiln__permute(g, att, 0, 2, 1, 3));
-        if (s) return s;
-        (*n)++;
-        i = -1;
-    }
-    return KILN_OK;
+    return rewrite_each(g, fuse_one, n);
 }

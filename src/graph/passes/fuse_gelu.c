@@ -47,18 +47,12 @@ static kiln_tensor *match(const kiln_tensor *t) {
     return NULL;
 }
 
+static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
+    kiln_tensor *x = match(t);
+    return x ? kiln__gelu(g, x) : NULL;
+}
+
 kiln_status kiln__pass_fuse_gelu(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
     (void)env;
-    *n = 0;
-    kiln__graph_count_uses(g);
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
-        kiln_tensor *t = kiln__graph_node(g, i);
-        kiln_tensor *x = match(t);
-        if (!x) continue;
-        kiln_status s = pass_replace(g, t, kiln__gelu(g, x));
-        if (s) return s;
-        (*n)++;
-        i = -1;
-    }
-    return KILN_OK;
+    return rewrite_each(g, fuse_one, n);
 }

@@ -41,19 +41,5 @@ static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
 
 kiln_status kiln__pass_fuse_linear(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
     (void)env;
-    *n = 0;
-    kiln__graph_count_uses(g);
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
-        kiln_tensor *t = kiln__graph_node(g, i);
-        kiln_tensor *repl = fuse_one(g, t);
-        if (!repl) {
-            if (kiln__graph_status(g)) return kiln__graph_status(g);
-            continue;
-        }
-        kiln_status s = pass_replace(g, t, repl);
-        if (s) return s;
-        (*n)++;
-        i = -1;
-    }
-    return KILN_OK;
+    return rewrite_each(g, fuse_one, n);
 }

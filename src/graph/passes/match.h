@@ -38,4 +38,28 @@ static inline kiln_status pass_replace(kiln_graph *g, kiln_tensor *old, kiln_ten
     return s;
 }
 
+/* A rewrite rule: the replacement for node t, or NULL when the rule does not apply (a builder error in
+ * the graph status means the rule failed). */
+typedef kiln_tensor *(*rewrite_rule)(kiln_graph *g, kiln_tensor *t);
+
+/* The loop most passes are: apply `rule` to every node of the order, replacing each node it rewrites and
+ * scanning again from the start; *n counts the rewrites. */
+static inline kiln_status rewrite_each(kiln_graph *g, rewrite_rule rule, int32_t *n) {
+    *n = 0;
+    kiln__graph_count_uses(g);
+    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
+        kiln_tensor *t = kiln__graph_node(g, i);
+        kiln_tensor *repl = rule(g, t);
+        if (!repl) {
+            if (kiln__graph_status(g)) return kiln__graph_status(g);
+            continue;
+        }
+        kiln_status s = pass_replace(g, t, repl);
+        if (s) return s;
+        (*n)++;
+        i = -1;
+    }
+    return KILN_OK;
+}
+
 #endif

@@ -32,19 +32,13 @@ static kiln_tensor *simplify_one(kiln_graph *g, kiln_tensor *t) {
     return NULL;
 }
 
+/* Outputs stay nodes: an output is never replaced by a leaf. */
+static kiln_tensor *simplify_rule(kiln_graph *g, kiln_tensor *t) {
+    kiln_tensor *repl = simplify_one(g, t);
+    return repl && (t->flags & KILN_TENSOR_OUTPUT) && repl->op == KILN_OP_NONE ? NULL : repl;
+}
+
 kiln_status kiln__pass_simplify(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
     (void)env;
-    *n = 0;
-    kiln__graph_count_uses(g);
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
-        kiln_tensor *t = kiln__graph_node(g, i);
-        kiln_tensor *repl = simplify_one(g, t);
-        if (!repl) continue;
-        if (t->flags & KILN_TENSOR_OUTPUT && repl->op == KILN_OP_NONE) continue; /* outputs stay nodes */
-        kiln_status s = pass_replace(g, t, repl);
-        if (s) return s;
-        (*n)++;
-        i = -1;
-    }
-    return KILN_OK;
+    return rewrite_each(g, simplify_rule, n);
 }
