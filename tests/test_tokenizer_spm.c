@@ -4,82 +4,22 @@
  * synthetic vocabularies that pin tie-breaking, byte fallback and the failure modes.
  */
 #include "harness.h"
+#include "vocab_vectors.h"
 
 #include <stdlib.h>
 #include <time.h>
 
-static kiln_vocab *load_vocab(const char *path) {
-    kiln_gguf *g = NULL;
-    kiln_vocab *v = NULL;
-    CHECK_OK(kiln_gguf_open(path, &g));
-    if (g) CHECK_OK(kiln_vocab_create(g, &v));
-    kiln_gguf_close(g);
-    return v;
-}
-
-#define SEPARATOR "\n__ggml_vocab_test__\n"
-
-/* Every input in X.inp is followed by the separator line; X.out has one line of ids per input. Checks
- * each input tokenizes to its ids (no BOS) and detokenizes back to itself. Returns the cases checked. */
-static int check_vectors(const char *name) {
-    char path[256];
-    snprintf(path, sizeof path, "vocab/%s", name);
-    kiln_vocab *v = load_vocab(harness_data_path(path));
-    snprintf(path, sizeof path, "vocab/%s.inp", name);
-    char *inp = harness_read_file(harness_data_path(path), NULL);
-    snprintf(path, sizeof path, "vocab/%s.out", name);
-    char *outp = harness_read_file(harness_data_path(path), NULL);
-    int cases = 0;
-    CHECK(v && inp && outp);
-    if (!v || !inp || !outp) goto done;
-    char *in = inp, *out = outp;
-    for (char *sep; (sep = strstr(in, SEPARATOR)) != NULL; in = sep + strlen(SEPARATOR), cases++) {
-        size_t len = (size_t)(sep - in);
-        char *eol = strchr(out, '\n');
-        if (!eol) {
-            harness_fail(__FILE__, __LINE__, "%s: .out has fewer lines than .inp has inputs", name);
-            break;
-        }
-        int32_t expected[512], got[512];
-        size_t n_expected = 0, n_got = 0, n_text = 0;
-        for (char *p = out; p < eol && n_expected < 512;) {
-            char *end;
-            long id = strtol(p, &end, 10);
-            if (end == p) break;
-            expected[n_expected++] = (int32_t)id;
-            p = end;
-        }
-        out = eol + 1;
-        CHECK_OK(kiln_tokenize(v, in, len, false, got, 512, &n_got));
-        bool same = n_got == n_expected && memcmp(got, expected, n_got * sizeof *got) == 0;
-        if (!same)
-            harness_fail(__FILE__, __LINE__, "%s case %d (\"%.*s\"): got %zu ids, expected %zu", name, cases,
-                         (int)len, in, n_got, n_expected);
-        char text[4096];
-        CHECK_OK(kiln_detokenize(v, got, n_got, true, text, sizeof text, &n_text));
-        if (n_text != len || memcmp(text, in, len) != 0)
-            harness_fail(__FILE__, __LINE__, "%s case %d: detokenized \"%s\", expected \"%.*s\"", name, cases,
-                         text, (int)len, in);
-    }
-    CHECK_EQ_INT(*in, '\0');  /* nothing after the last separator */
-    CHECK_EQ_INT(*out, '\0'); /* as many .out lines as inputs */
-done:
-    free(inp);
-    free(outp);
-    kiln_vocab_destroy(v);
-    return cases;
-}
 
 static void matches_llama_cpp_vectors_for_llama_spm(void) {
-    CHECK_EQ_INT(check_vectors("ggml-vocab-llama-spm.gguf"), 46);
+    CHECK_EQ_INT(vv_check("ggml-vocab-llama-spm.gguf", true), 46);
 }
 
 static void matches_llama_cpp_vectors_for_phi3(void) {
-    CHECK_EQ_INT(check_vectors("ggml-vocab-phi-3.gguf"), 46);
+    CHECK_EQ_INT(vv_check("ggml-vocab-phi-3.gguf", true), 46);
 }
 
 static void tokenizes_the_stories_prompt_with_bos(void) {
-    kiln_vocab *v = load_vocab(KILN_MODEL_PATH);
+    kiln_vocab *v = vv_load(KILN_MODEL_PATH);
     if (!v) return;
     int32_t ids[16];
     size_t n = 0;
@@ -92,7 +32,7 @@ static void tokenizes_the_stories_prompt_with_bos(void) {
 }
 
 static void empty_text_gives_no_tokens_but_bos_if_asked(void) {
-    kiln_vocab *v = load_vocab(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
+    kiln_vocab *v = vv_load(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
     if (!v) return;
     int32_t ids[4] = {-1, -1, -1, -1};
     size_t n = 99;
@@ -107,7 +47,7 @@ static void empty_text_gives_no_tokens_but_bos_if_asked(void) {
 }
 
 static void reports_the_needed_count_when_the_buffer_is_short(void) {
-    kiln_vocab *v = load_vocab(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
+    kiln_vocab *v = vv_load(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
     if (!v) return;
     int32_t ids[2];
     size_t n = 0;
@@ -120,7 +60,7 @@ static void reports_the_needed_count_when_the_buffer_is_short(void) {
 }
 
 static void falls_back_to_byte_tokens_for_unknown_and_invalid_bytes(void) {
-    kiln_vocab *v = load_vocab(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
+    kiln_vocab *v = vv_load(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
     if (!v) return;
     int32_t ids[8];
     size_t n = 0;
@@ -142,7 +82,7 @@ static void falls_back_to_byte_tokens_for_unknown_and_invalid_bytes(void) {
 }
 
 static void handles_long_inputs_in_n_log_n(void) {
-    kiln_vocab *v = load_vocab(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
+    kiln_vocab *v = vv_load(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
     if (!v) return;
     const char *words[] = {"the ",  "quick ", "brown ", "fox ", "jumps ",
                            "über ", "🦙 ",  "\n",     "aaaa", "日本語 "};
@@ -174,7 +114,7 @@ static void handles_long_inputs_in_n_log_n(void) {
 /* Random strings of valid UTF-8 pieces round-trip exactly; random raw bytes always tokenize to valid
  * ids and detokenize without error. */
 static void round_trips_random_text_and_survives_random_bytes(void) {
-    kiln_vocab *v = load_vocab(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
+    kiln_vocab *v = vv_load(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"));
     if (!v) return;
     const char *pieces[] = {"a",   " ",    "  ", "\n", "\t", "\xC3\xA9", "\xF0\x9F\xA6\x99", "\xE6\x97\xA5",
                             "ing", "\x01", "<s>"};
@@ -294,7 +234,7 @@ static void uses_unk_without_byte_tokens_and_fails_without_either(void) {
 }
 
 static void rejects_invalid_arguments(void) {
-    kiln_vocab *v = load_vocab(KILN_MODEL_PATH);
+    kiln_vocab *v = vv_load(KILN_MODEL_PATH);
     int32_t ids[4];
     size_t n = 0;
     CHECK_STATUS(kiln_tokenize(NULL, "a", 1, false, ids, 4, &n), KILN_E_INVALID_ARG);
