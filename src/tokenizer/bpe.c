@@ -12,8 +12,9 @@
  *    bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves, the other 68 bytes in order for
  *    U+0100, U+0101, ...), one symbol per byte.
  * 3. With ignore_merges (Llama 3), a word whose spelling is a token is emitted whole.
- * 4. Every adjacent pair with a merge goes into a min-heap keyed by rank, ties to the leftmost pair. Pop
- *    until empty, skipping stale pairs, merging the pair and pushing the pairs it forms with its neighbours.
+ * 4. Every adjacent pair with a merge goes into the bigram heap (lowest rank first, ties to the leftmost
+ *    pair; bigram_heap.h). Pop until empty, skipping stale pairs, merging the pair and pushing the pairs
+ *    it forms with its neighbours.
  * 5. Each remaining symbol is emitted as its token; a symbol that is not a token (only possible with odd
  *    vocabularies) is emitted as whichever of its single bytes are tokens, as llama.cpp does.
  *
@@ -22,6 +23,7 @@
  * UTF-8 or not, tokenize and detokenize back to themselves.
  */
 #include "tokenizer/unicode.h"
+#include "tokenizer/bigram_heap.h"
 #include "tokenizer/vocab.h"
 
 #include <string.h>
@@ -193,63 +195,26 @@ typedef struct symbol {
     uint32_t off, n;    /* bytes of the spelled word; n == 0 once merged into its left neighbour */
 } symbol;
 
-typedef struct bigram {
-    int32_t left, right; /* symbol indexes */
-    int32_t rank;
-    uint32_t size; /* left.n + right.n when pushed */
-} bigram;
-
 typedef struct bpe_run {
     const kiln_vocab *vocab;
     byte_map map;
     char *spelled; /* the current word, spelled with the byte map */
     symbol *syms;
-    bigram *heap;
-    size_t heap_len;
+    kiln__bigram_heap heap;
 } bpe_run;
-
-static bool bigram_before(const bigram *a, const bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(bpe_run *r, bigram b) {
-    size_t i = r->heap_len++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&b, &r->heap[parent])) break;
-        r->heap[i] = r->heap[parent];
-        i = parent;
-    }
-    r->heap[i] = b;
-}
-
-static bigram heap_pop(bpe_run *r) {
-    bigram top = r->heap[0], last = r->heap[--r->heap_len];
-    size_t i = 0, n = r->heap_len;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && bigram_before(&r->heap[child + 1], &r->heap[child])) child++;
-        if (!bigram_before(&r->heap[child], &last)) break;
-        r->heap[i] = r->heap[child];
-        i = child;
-    }
-    if (n > 0) r->heap[i] = last;
-    return top;
-}
 
 static void try_add_bigram(bpe_run *r, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const symbol *l = &r->syms[left], *rt = &r->syms[right];
     int32_t rank = kiln__bpe_merge_rank(r->vocab, r->spelled + l->off, l->n, r->spelled + rt->off, rt->n);
     if (rank < 0) return;
-    bigram b = {left, right, rank, l->n + rt->n};
-    heap_push(r, b);
+    kiln__bigram b = {left, right, -(float)rank, l->n + rt->n}; /* lower rank merges first */
+    kiln__bigram_push(&r->heap, b);
 }
 
 static void merge_all(bpe_run *r) {
-    while (r->heap_len > 0) {
-        bigram b = heap_pop(r);
+    while (r->heap.len > 0) {
+        kiln__bigram b = kiln__bigram_pop(&r->heap);
         symbol *l = &r->syms[b.left], *rt = &r->syms[b.right];
         if (l->n == 0 || rt->n == 0 || l->n + rt->n != b.size) continue; /* stale */
         l->n = b.size;
@@ -290,7 +255,7 @@ static void tokenize_word(bpe_run *r, const char *word, size_t len, kiln__token_
             return;
         }
     }
-    r->heap_len = 0;
+    r->heap.len = 0;
     for (size_t k = 0; k + 1 < len; k++)
         try_add_bigram(r, (int32_t)k, (int32_t)k + 1);
     merge_all(r);
@@ -323,9 +288,9 @@ kiln_status kiln__bpe_tokenize(const kiln_vocab *vocab, const char *text, size_t
         byte_map_init(&r->map);
         r->spelled = kiln__alloc_array(longest, 2);
         r->syms = kiln__alloc_array(longest, sizeof *r->syms);
-        r->heap = kiln__alloc_array(longest, 3 * sizeof *r->heap); /* seeds + at most two per merge */
+        r->heap.items = kiln__alloc_array(longest, 3 * sizeof *r->heap.items); /* seeds + two per merge */
     }
-    if (!r || !r->spelled || !r->syms || !r->heap) {
+    if (!r || !r->spelled || !r->syms || !r->heap.items) {
         st = kiln__nomem("tokenizer scratch");
     } else {
         for (size_t w = 0; w < n_words; w++)
@@ -334,7 +299,7 @@ kiln_status kiln__bpe_tokenize(const kiln_vocab *vocab, const char *text, size_t
     if (r) {
         kiln__dealloc(r->spelled);
         kiln__dealloc(r->syms);
-        kiln__dealloc(r->heap);
+        kiln__dealloc(r->heap.items);
     }
     kiln__dealloc(r);
     kiln__dealloc(bounds);

@@ -17,6 +17,7 @@
  * USER_DEFINED tokens print their text as is; CONTROL and UNUSED tokens print nothing; UNKNOWN tokens
  * print " ⁇ ", as SentencePiece's own decoder does.
  */
+#include "tokenizer/bigram_heap.h"
 #include "tokenizer/vocab.h"
 
 #include <string.h>
@@ -35,52 +36,15 @@ typedef struct node {
     int32_t left, right; /* the nodes merged into this one, -1 for a single character */
 } node;
 
-typedef struct bigram {
-    int32_t left, right; /* symbol indexes */
-    float score;
-    uint32_t size; /* left.n + right.n when pushed */
-} bigram;
-
 typedef struct spm_run {
     const kiln_vocab *vocab;
     const char *text; /* escaped text */
     symbol *syms;
     node *nodes;
     int32_t n_nodes;
-    bigram *heap;
-    size_t heap_len;
+    kiln__bigram_heap heap;
     int32_t *stack;
 } spm_run;
-
-static bool bigram_before(const bigram *a, const bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(spm_run *r, bigram b) {
-    size_t i = r->heap_len++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&b, &r->heap[parent])) break;
-        r->heap[i] = r->heap[parent];
-        i = parent;
-    }
-    r->heap[i] = b;
-}
-
-static bigram heap_pop(spm_run *r) {
-    bigram top = r->heap[0], last = r->heap[--r->heap_len];
-    size_t i = 0, n = r->heap_len;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && bigram_before(&r->heap[child + 1], &r->heap[child])) child++;
-        if (!bigram_before(&r->heap[child], &last)) break;
-        r->heap[i] = r->heap[child];
-        i = child;
-    }
-    if (n > 0) r->heap[i] = last;
-    return top;
-}
 
 static void try_add_bigram(spm_run *r, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
@@ -88,13 +52,13 @@ static void try_add_bigram(spm_run *r, int32_t left, int32_t right) {
     uint32_t size = l->n + rt->n;
     int32_t id = kiln__vocab_find(r->vocab, r->text + l->off, size);
     if (id < 0) return;
-    bigram b = {left, right, r->vocab->scores[id], size};
-    heap_push(r, b);
+    kiln__bigram b = {left, right, r->vocab->scores[id], size};
+    kiln__bigram_push(&r->heap, b);
 }
 
 static void merge_all(spm_run *r) {
-    while (r->heap_len > 0) {
-        bigram b = heap_pop(r);
+    while (r->heap.len > 0) {
+        kiln__bigram b = kiln__bigram_pop(&r->heap);
         symbol *l = &r->syms[b.left], *rt = &r->syms[b.right];
         if (l->n == 0 || rt->n == 0 || l->n + rt->n != b.size) continue; /* stale */
         node *m = &r->nodes[r->n_nodes];
@@ -197,9 +161,9 @@ kiln_status kiln__spm_tokenize(const kiln_vocab *vocab, const char *text, size_t
     r.text = escaped;
     r.syms = kiln__alloc_array(n_chars, sizeof *r.syms);
     r.nodes = kiln__alloc_array(2 * n_chars, sizeof *r.nodes); /* leaves + at most n_chars - 1 merges */
-    r.heap = kiln__alloc_array(3 * n_chars, sizeof *r.heap);   /* seeds + at most two per merge */
+    r.heap.items = kiln__alloc_array(3 * n_chars, sizeof *r.heap.items); /* seeds + two per merge */
     r.stack = kiln__alloc_array(2 * n_chars, sizeof *r.stack);
-    if (!r.syms || !r.nodes || !r.heap || !r.stack) {
+    if (!r.syms || !r.nodes || !r.heap.items || !r.stack) {
         st = kiln__nomem("tokenizer scratch");
         goto free_scratch;
     }
@@ -212,7 +176,7 @@ kiln_status kiln__spm_tokenize(const kiln_vocab *vocab, const char *text, size_t
     }
 free_scratch:
     kiln__dealloc(r.stack);
-    kiln__dealloc(r.heap);
+    kiln__dealloc(r.heap.items);
     kiln__dealloc(r.nodes);
     kiln__dealloc(r.syms);
     kiln__dealloc(escaped);
