@@ -31,7 +31,7 @@ static const char chat_help[] =
     "      --system TEXT        a system message that opens the conversation\n"
     "  -n, --n-predict N        at most N tokens per reply (default 256)\n"
     "  -c, --ctx-size N         KV-cache size in tokens (default: the model's context length)\n"
-    "  -t, --threads N          worker threads (default: the number of cores)\n"
+    "  -t, --threads N          worker threads (default: the physical cores)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K            keep the K most likely tokens; 0 = off (default 40)\n"
     "      --top-p P            nucleus sampling; 1 = off (default 0.95)\n"

@@ -22,7 +22,7 @@ static const char run_help[] =
     "  -n, --n-predict N      tokens to generate after the prompt (default 128); stops early at EOS\n"
     "                         or when the context is full\n"
     "  -c, --ctx-size N       KV-cache size in tokens (default: the model's context length)\n"
-    "  -t, --threads N        worker threads (default: the number of cores)\n"
+    "  -t, --threads N        worker threads (default: the physical cores)\n"
     "      --kv-type T        KV-cache type: f32 (default), f16 or q8_0\n"
     "      --temp T           temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"

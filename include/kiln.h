@@ -431,7 +431,7 @@ uint64_t kiln_model_weight_bytes(const kiln_model *model);
 
 typedef struct kiln_ctx_params {
     int32_t n_ctx;      /* KV-cache length in tokens; 0 = the model's context length */
-    int32_t n_threads;  /* 0 = the number of online cores */
+    int32_t n_threads;  /* 0 = kiln_default_threads() */
     const char *passes; /* graph passes to run: "all", "none", or a list such as "cse,dce" or
                          * "-fuse_qkv"; NULL = $KILN_PASSES, else "all" (see docs/graph.md) */
     bool no_fuse;       /* switch off every fusion pass */
@@ -477,7 +477,7 @@ kiln_status kiln_ctx_plan_info(kiln_ctx *ctx, int32_t n_tokens, kiln_plan_info *
 kiln_status kiln_ctx_graph_dump(kiln_ctx *ctx, int32_t n_tokens, bool optimized, bool dot,
                                 void (*write)(void *user, const char *line), void *user);
 
-/* Number of online cores, the default thread count. */
+/* The default thread count: the number of physical cores (online cores when that cannot be read). */
 int32_t kiln_default_threads(void);
 
 #ifdef __cplusplus
