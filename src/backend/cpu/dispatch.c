@@ -21,6 +21,7 @@ static void build(void) {
         if (l == KILN_CPU_AVX512) {
             kiln__cpu_isa_init_avx512(&tables[l]);
             kiln__cpu_isa_init_avx512_packed(&tables[l]);
+            kiln__cpu_isa_init_avx512_kquants(&tables[l]);
         }
         if (l == KILN_CPU_AMX) kiln__cpu_isa_init_amx(&tables[l]);
     }

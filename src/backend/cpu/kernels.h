@@ -114,6 +114,9 @@ typedef struct kiln_cpu_isa {
     float (*dot_f32)(const float *x, const float *y, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a x */
     void (*scale_f32)(float *y, float a, int64_t n);                  /* y *= a */
+    /* Fused dequantize-and-dot of one weight row (k elements) with one float column, used for a single
+     * activation column. NULL: dequantize the row with the reference dequantizer and use the F32 tile. */
+    float (*dot_row[KILN_TYPE_COUNT])(const void *w, const float *x, int64_t k);
 } kiln_cpu_isa;
 
 /* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
@@ -135,6 +138,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_amx(kiln_cpu_isa *t);
 
 #endif

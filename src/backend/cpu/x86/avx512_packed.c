@@ -65,8 +65,8 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
  * from several streams than from one; the partial sums are added in a fixed order. */
 #define STREAMS 4
 #define PREFETCH_BLOCKS 6
-INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char *x, size_t xs, float *out,
-                  size_t os) {
+INLINE void group(int type, int C, int64_t k, const unsigned char *w, const unsigned char *next, const char *x,
+                  size_t xs, float *out, size_t os) {
     const int64_t nb = k / KILN_Q8_BLOCK;
     if (C == 1) {
         __m512 acc[STREAMS];
@@ -75,8 +75,12 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
         const int64_t bs = type == KILN_TYPE_Q8_0 ? 544 : 288;
         for (int64_t i = 0; i < seg; i++)
             for (int s = 0; s < STREAMS; s++) {
-                /* Short streams (a group is 9-50 KB) end before the hardware prefetcher ramps up. */
-                uintptr_t ahead = (uintptr_t)w + (uintptr_t)((s * seg + i + PREFETCH_BLOCKS) * bs);
+                /* Short streams (a group is 9-50 KB) end before the hardware prefetcher ramps up. Near the
+                 * end of its segment a stream prefetches the start of the same stream in the next group,
+                 * so every group starts warm (prefetching past the buffer's end cannot fault). */
+                int64_t j = i + PREFETCH_BLOCKS;
+                uintptr_t ahead = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * bs)
+                                          : (uintptr_t)next + (uintptr_t)((s * seg + j - seg) * bs);
                 for (int64_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
                 block(type, 1, k, w, s * seg + i, x, xs, &acc[s]);
             }
@@ -95,15 +99,15 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
     KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
                                int64_t nc, float *out, size_t os) {                                    \
         for (int64_t g = 0; g < nr / 16; g++) {                                                        \
-            const unsigned char *wg = (const unsigned char *)w + g * ws;                               \
+            const unsigned char *wg = (const unsigned char *)w + g * ws, *wn = wg + ws;                \
             for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                \
                 const char *xc = (const char *)x + c0 * xs;                                            \
                 float *o = out + c0 * os + g * 16;                                                     \
                 switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                case 4: group(type, 4, k, wg, xc, xs, o, os); break;                                   \
-                case 3: group(type, 3, k, wg, xc, xs, o, os); break;                                   \
-                case 2: group(type, 2, k, wg, xc, xs, o, os); break;                                   \
-                default: group(type, 1, k, wg, xc, xs, o, os); break;                                  \
+                case 4: group(type, 4, k, wg, wn, xc, xs, o, os); break;                               \
+                case 3: group(type, 3, k, wg, wn, xc, xs, o, os); break;                               \
+                case 2: group(type, 2, k, wg, wn, xc, xs, o, os); break;                               \
+                default: group(type, 1, k, wg, wn, xc, xs, o, os); break;                              \
                 }                                                                                      \
             }                                                                                          \
         }                                                                                              \
