@@ -21,7 +21,7 @@ const kiln__tokenizer_ops *kiln__tokenizer_ops_get(const kiln_vocab *vocab) {
     case KILN__VOCAB_UGM:
     case KILN__VOCAB_RWKV: break;
     }
-    kiln__error(KILN_E_UNSUPPORTED, "tokenizer model '%s' is not implemented yet (llama, gpt2 and bert are)",
+    kiln__error(KILN_E_UNSUPPORTED, "tokenizer model '%s' is not supported (llama, gpt2 and bert are)",
                 vocab->model);
     return NULL;
 }

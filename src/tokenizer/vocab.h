@@ -20,8 +20,8 @@ typedef enum kiln__vocab_kind {
     KILN__VOCAB_SPM,  /* "llama": SentencePiece-style merges by score, byte fallback */
     KILN__VOCAB_BPE,  /* "gpt2": byte-level BPE with a merges list and a pre-tokenizer */
     KILN__VOCAB_WPM,  /* "bert": WordPiece */
-    KILN__VOCAB_UGM,  /* "t5": Unigram (not implemented yet) */
-    KILN__VOCAB_RWKV, /* "rwkv": greedy trie tokenizer (not implemented yet) */
+    KILN__VOCAB_UGM,  /* "t5": Unigram (recognized; tokenizing is unsupported) */
+    KILN__VOCAB_RWKV, /* "rwkv": greedy trie (recognized; tokenizing is unsupported) */
 } kiln__vocab_kind;
 
 struct kiln_vocab {
