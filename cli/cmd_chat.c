@@ -49,31 +49,6 @@ typedef struct chat_options {
     bool seed_given, verbose;
 } chat_options;
 
-static bool parse_sampling(int argc, char **argv, int *i, chat_options *o, bool *ok) {
-    const char *a = argv[*i];
-    double f;
-    long v;
-    if (!strcmp(a, "--temp") && (*ok = cli_arg_float("chat", argc, argv, i, 0, 100, &f)))
-        o->sampling.temperature = (float)f;
-    else if (!strcmp(a, "--top-k") && (*ok = cli_arg_int("chat", argc, argv, i, 0, 1L << 30, &v)))
-        o->sampling.top_k = (int32_t)v;
-    else if (!strcmp(a, "--top-p") && (*ok = cli_arg_float("chat", argc, argv, i, 0, 1, &f)))
-        o->sampling.top_p = (float)f;
-    else if (!strcmp(a, "--min-p") && (*ok = cli_arg_float("chat", argc, argv, i, 0, 1, &f)))
-        o->sampling.min_p = (float)f;
-    else if (!strcmp(a, "--repeat-penalty") && (*ok = cli_arg_float("chat", argc, argv, i, 0.01, 100, &f)))
-        o->sampling.repeat_penalty = (float)f;
-    else if (!strcmp(a, "--repeat-last-n") && (*ok = cli_arg_int("chat", argc, argv, i, 0, 1L << 20, &v)))
-        o->sampling.repeat_last_n = (int32_t)v;
-    else if (!strcmp(a, "--seed") && (*ok = cli_arg_u64("chat", argc, argv, i, &o->sampling.seed)))
-        o->seed_given = true;
-    else
-        return !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
-               !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty") || !strcmp(a, "--repeat-last-n") ||
-               !strcmp(a, "--seed");
-    return true;
-}
-
 static int parse(int argc, char **argv, chat_options *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 256;
@@ -98,7 +73,7 @@ static int parse(int argc, char **argv, chat_options *o) {
             ok = cli_arg_int("chat", argc, argv, &i, 1, 1024, &o->n_threads);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
             o->verbose = true;
-        else if (!parse_sampling(argc, argv, &i, o, &ok))
+        else if (!cli_arg_sampling("chat", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
             return cli_usage_error("chat", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }

@@ -52,8 +52,6 @@ typedef struct run_options {
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
-    double f;
-    long v;
     o->model = NULL;
     o->prompt = "";
     o->n_predict = 128;
@@ -79,28 +77,11 @@ static int parse(int argc, char **argv, run_options *o) {
             ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 24, &o->n_ctx);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             ok = cli_arg_int("run", argc, argv, &i, 1, 1024, &o->n_threads);
-        else if (!strcmp(a, "--temp") && (ok = cli_arg_float("run", argc, argv, &i, 0, 100, &f)))
-            o->sampling.temperature = (float)f;
-        else if (!strcmp(a, "--top-k") && (ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 30, &v)))
-            o->sampling.top_k = (int32_t)v;
-        else if (!strcmp(a, "--top-p") && (ok = cli_arg_float("run", argc, argv, &i, 0, 1, &f)))
-            o->sampling.top_p = (float)f;
-        else if (!strcmp(a, "--min-p") && (ok = cli_arg_float("run", argc, argv, &i, 0, 1, &f)))
-            o->sampling.min_p = (float)f;
-        else if (!strcmp(a, "--repeat-penalty") && (ok = cli_arg_float("run", argc, argv, &i, 0.01, 100, &f)))
-            o->sampling.repeat_penalty = (float)f;
-        else if (!strcmp(a, "--repeat-last-n") && (ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 20, &v)))
-            o->sampling.repeat_last_n = (int32_t)v;
-        else if (!strcmp(a, "--seed") && (ok = cli_arg_u64("run", argc, argv, &i, &o->sampling.seed)))
-            o->seed_given = true;
         else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->passes);
         else if (!strcmp(a, "--no-fuse")) o->no_fuse = true;
         else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") ||
-                 !strcmp(a, "--repeat-penalty") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed"))
-            ok = false; /* the value was malformed; cli_arg_* has reported it */
-        else
+        else if (!cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
             return cli_usage_error("run", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }

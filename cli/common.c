@@ -141,3 +141,28 @@ bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *
     }
     return true;
 }
+
+bool cli_arg_sampling(const char *cmd, int argc, char **argv, int *i, kiln_sampler_params *params, bool *seed_given,
+                      bool *ok) {
+    const char *a = argv[*i];
+    double f;
+    long v;
+    if (!strcmp(a, "--temp")) {
+        if ((*ok = cli_arg_float(cmd, argc, argv, i, 0, 100, &f))) params->temperature = (float)f;
+    } else if (!strcmp(a, "--top-k")) {
+        if ((*ok = cli_arg_int(cmd, argc, argv, i, 0, 1L << 30, &v))) params->top_k = (int32_t)v;
+    } else if (!strcmp(a, "--top-p")) {
+        if ((*ok = cli_arg_float(cmd, argc, argv, i, 0, 1, &f))) params->top_p = (float)f;
+    } else if (!strcmp(a, "--min-p")) {
+        if ((*ok = cli_arg_float(cmd, argc, argv, i, 0, 1, &f))) params->min_p = (float)f;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        if ((*ok = cli_arg_float(cmd, argc, argv, i, 0.01, 100, &f))) params->repeat_penalty = (float)f;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        if ((*ok = cli_arg_int(cmd, argc, argv, i, 0, 1L << 20, &v))) params->repeat_last_n = (int32_t)v;
+    } else if (!strcmp(a, "--seed")) {
+        if ((*ok = cli_arg_u64(cmd, argc, argv, i, &params->seed))) *seed_given = true;
+    } else {
+        return false;
+    }
+    return true;
+}

@@ -33,6 +33,12 @@ bool cli_arg_str(const char *cmd, int argc, char **argv, int *i, const char **ou
 bool cli_arg_int(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out);
 bool cli_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, double *out);
 bool cli_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
+/* If argv[*i] is a sampling option (--temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+ * --seed), parse its value into params (and set *seed_given for --seed) and return true, with *ok false
+ * when the value was malformed (already reported). Returns false for any other option. */
+bool cli_arg_sampling(const char *cmd, int argc, char **argv, int *i, kiln_sampler_params *params, bool *seed_given,
+                      bool *ok);
+
 /* --kv-type: f32, f16 or q8_0. */
 bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *out);
 
