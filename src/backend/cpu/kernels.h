@@ -37,6 +37,13 @@ static inline void kiln__cpu_split(int64_t n, int ith, int nth, int64_t *begin, 
     *end = n * (ith + 1) / nth;
 }
 
+/* Row r of t (rows counted over dims 1..3) as indexes (i1, i2, i3). */
+static inline void kiln__cpu_row_index(const kiln_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % t->ne[1];
+    *i2 = (r / t->ne[1]) % t->ne[2];
+    *i3 = r / (t->ne[1] * t->ne[2]);
+}
+
 /* Address of row (i1, i2, i3) of t. */
 static inline char *kiln__cpu_row(const kiln_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
     return (char *)t->data + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] + i3 * (int64_t)t->nb[3];

@@ -15,7 +15,8 @@ void kiln__cpu_norm(const kiln_cpu_args *a) {
     int64_t r0, r1, n = x->ne[0];
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i1 = r % x->ne[1], i2 = (r / x->ne[1]) % x->ne[2], i3 = r / (x->ne[1] * x->ne[2]);
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
         float mean = 0.0f, var = 0.0f;

@@ -9,13 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Row r of a tensor with n rows, as (i1, i2, i3). */
-static void row_index(const kiln_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
-    *i1 = r % t->ne[1];
-    *i2 = (r / t->ne[1]) % t->ne[2];
-    *i3 = r / (t->ne[1] * t->ne[2]);
-}
-
 void kiln__cpu_get_rows(const kiln_cpu_args *a) {
     const kiln_tensor *table = a->dst->src[0], *ids = a->dst->src[1];
     int64_t t0, t1;
@@ -38,7 +31,7 @@ static void binary(const kiln_cpu_args *a, bool is_mul) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
@@ -59,7 +52,7 @@ void kiln__cpu_silu(const kiln_cpu_args *a) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = xr[i] * (1.0f / (1.0f + expf(-xr[i])));
@@ -72,7 +65,7 @@ void kiln__cpu_cont(const kiln_cpu_args *a) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = *(const float *)(xr + i * (int64_t)x->nb[0]);

@@ -21,13 +21,6 @@ float kiln__act_apply(int32_t act, float x) {
     }
 }
 
-/* Row r of t as (i1, i2, i3). */
-static void row_index(const kiln_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
-    *i1 = r % t->ne[1];
-    *i2 = (r / t->ne[1]) % t->ne[2];
-    *i3 = r / (t->ne[1] * t->ne[2]);
-}
-
 typedef float (*unary_fn)(const kiln_tensor *node, float x);
 
 static void unary_rows(const kiln_cpu_args *a, unary_fn f) {
@@ -36,7 +29,7 @@ static void unary_rows(const kiln_cpu_args *a, unary_fn f) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = f(a->dst, *(const float *)(xr + i * (int64_t)x->nb[0]));
@@ -60,7 +53,7 @@ void kiln__cpu_diag_mask_inf(const kiln_cpu_args *a) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t, i2, i3;
-        row_index(x, r, &t, &i2, &i3);
+        kiln__cpu_row_index(x, r, &t, &i2, &i3);
         const char *xr = kiln__cpu_row(x, t, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, t, i2, i3);
         int64_t first = window > 0 ? n_past + t - window + 1 : 0; /* oldest key the sliding window keeps */
@@ -117,7 +110,7 @@ static void binary_rows(const kiln_cpu_args *a, binary_fn f) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
@@ -143,7 +136,7 @@ void kiln__cpu_rms_norm_mul(const kiln_cpu_args *a) {
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
         const char *wr = kiln__cpu_row(w, i1 % w->ne[1], i2 % w->ne[2], i3 % w->ne[3]);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
@@ -168,7 +161,7 @@ static void set_or_acc(const kiln_cpu_args *a, bool add) {
                (size_t)(r1 - r0) * row_bytes);
     for (int64_t r = 0; r < kiln__tensor_nrows(x); r++) {
         int64_t i1, i2, i3;
-        row_index(x, r, &i1, &i2, &i3);
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         size_t base = a->dst->offset + (size_t)i1 * (size_t)a->dst->ip[0] + (size_t)i2 * (size_t)a->dst->ip[1] +
                       (size_t)i3 * (size_t)a->dst->ip[2];
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);

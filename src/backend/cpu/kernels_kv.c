@@ -20,7 +20,8 @@ void kiln__cpu_cast(const kiln_cpu_args *a) {
     int64_t r0, r1;
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i1 = r % x->ne[1], i2 = (r / x->ne[1]) % x->ne[2], i3 = r / (x->ne[1] * x->ne[2]);
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         kiln__dequantize_row(x->type, kiln__cpu_row(x, i1, i2, i3), (float *)kiln__cpu_row(a->dst, i1, i2, i3), x->ne[0]);
     }
 }
