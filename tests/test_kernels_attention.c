@@ -3,7 +3,8 @@
  * bounds, GQA heads read in place) at every kernel level, against the reference attention kernel that
  * materializes the scores (kernels_attention.c), on odd shapes that span several key tiles. Both are
  * float computations that differ in summation order and in where the softmax normalization happens:
- * |flash - ref| <= 2e-6 * (1 + |ref|) elementwise (values and weights are in [-1, 1]).
+ * |flash - ref| <= 2e-6 * (1 + |ref|) elementwise (values and weights are in [-1, 1]). One and three
+ * threads must agree bit for bit.
  */
 #include "harness.h"
 
@@ -14,10 +15,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define D 40
-#define HQ 6
-#define HKV 2
-#define T 5
+typedef struct shape {
+    int64_t d, hq, hkv, t;
+} shape;
 
 static void set_tensor(kiln_tensor *t, float *data, int64_t ne0, int64_t ne1, int64_t ne2) {
     memset(t, 0, sizeof *t);
@@ -31,52 +31,88 @@ static void set_tensor(kiln_tensor *t, float *data, int64_t ne0, int64_t ne1, in
     t->data = data;
 }
 
-/* Run a kernel on every thread share of a 3-thread split, serially, as the pool would. */
-static void run_kernel(kiln_cpu_kernel kernel, kiln_tensor *dst, float *scratch) {
-    for (int ith = 0; ith < 3; ith++) {
-        kiln_cpu_args a = {dst, ith, 3, scratch, NULL, NULL, NULL};
+/* Run a kernel on every thread share of an nth-thread split, serially, as the pool would. */
+static void run_kernel(kiln_cpu_kernel kernel, kiln_tensor *dst, float *scratch, int nth) {
+    for (int ith = 0; ith < nth; ith++) {
+        kiln_cpu_args a = {dst, ith, nth, scratch, NULL, NULL, NULL};
         kernel(&a);
     }
 }
 
+/* Shapes: odd head size with GQA groups of 3; TinyLlama's heads (64, groups of 8) over several
+ * 16-row units with different positions in one unit; no GQA (16 positions per unit); a head size that
+ * is not a multiple of the kernels' blocks. Key counts end inside and on key-tile edges. */
 static void flash_attention_matches_the_reference_at_every_level_across_key_tiles(void) {
+    static const shape shapes[] = {{40, 6, 2, 5}, {64, 16, 2, 7}, {24, 3, 3, 37}, {13, 4, 1, 3}};
     static const int32_t pos0s[] = {0, 3, 63, 150};
-    static float q[D * HQ * T], k[D * HKV * 160], v[D * HKV * 160], want[D * HQ * T], got[D * HQ * T];
-    static float scratch[4096];
+    enum { MAXQ = 64 * 16 * 7, MAXKV = 64 * 2 * 190 };
+    static float q[MAXQ], k[MAXKV], v[MAXKV], want[MAXQ], got[MAXQ], got1[MAXQ];
+    static float scratch[8192];
     kiln_tensor tq, tk, tv, dst;
-    for (size_t c = 0; c < KILN__ARRAY_LEN(pos0s); c++) {
-        int64_t L = pos0s[c] + T;
-        fill_random(q, sizeof q / sizeof q[0], 1 + c);
-        fill_random(k, sizeof k / sizeof k[0], 2 + c);
-        fill_random(v, sizeof v / sizeof v[0], 3 + c);
-        set_tensor(&tq, q, D, HQ, T);
-        set_tensor(&tk, k, D, HKV, L);
-        set_tensor(&tv, v, D, HKV, L);
-        set_tensor(&dst, want, D, HQ, T);
-        dst.op = KILN_OP_ATTENTION;
-        dst.src[0] = &tq, dst.src[1] = &tk, dst.src[2] = &tv;
-        dst.ip[0] = pos0s[c];
-        dst.fp[0] = 1.0f / sqrtf((float)D) * 3.0f; /* sharper than usual: larger score spread */
-        kiln__cpu_force_level(KILN_CPU_REF);
-        run_kernel(kiln__cpu_attention, &dst, scratch);
-        for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
-            kiln__cpu_force_level((kiln_cpu_level)l);
-            dst.data = got;
-            memset(got, 0, sizeof got);
-            run_kernel(kiln__cpu_flash_attention, &dst, scratch);
-            dst.data = want;
-            for (int i = 0; i < D * HQ * T; i++)
-                if (!(fabsf(got[i] - want[i]) <= 2e-6f * (1.0f + fabsf(want[i])))) {
-                    harness_fail(__FILE__, __LINE__, "level %s pos0 %d element %d: %.9g vs reference %.9g",
-                                 kiln__cpu_level_name((kiln_cpu_level)l), pos0s[c], i, got[i], want[i]);
-                    break;
-                }
+    for (size_t sh = 0; sh < KILN__ARRAY_LEN(shapes); sh++)
+        for (size_t c = 0; c < KILN__ARRAY_LEN(pos0s); c++) {
+            const shape *p = &shapes[sh];
+            int64_t L = pos0s[c] + p->t, nq = p->d * p->hq * p->t;
+            fill_random(q, (size_t)nq, 1 + c + 10 * sh);
+            fill_random(k, (size_t)(p->d * p->hkv * L), 2 + c + 10 * sh);
+            fill_random(v, (size_t)(p->d * p->hkv * L), 3 + c + 10 * sh);
+            set_tensor(&tq, q, p->d, p->hq, p->t);
+            set_tensor(&tk, k, p->d, p->hkv, L);
+            set_tensor(&tv, v, p->d, p->hkv, L);
+            set_tensor(&dst, want, p->d, p->hq, p->t);
+            dst.op = KILN_OP_ATTENTION;
+            dst.src[0] = &tq, dst.src[1] = &tk, dst.src[2] = &tv;
+            dst.ip[0] = pos0s[c];
+            dst.fp[0] = 1.0f / sqrtf((float)p->d) * 3.0f; /* sharper than usual: larger score spread */
+            kiln__cpu_force_level(KILN_CPU_REF);
+            run_kernel(kiln__cpu_attention, &dst, scratch, 3);
+            for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+                kiln__cpu_force_level((kiln_cpu_level)l);
+                CHECK(kiln__cpu_flash_attention_scratch_floats(&dst) <= KILN__ARRAY_LEN(scratch) - 16);
+                dst.data = got1;
+                run_kernel(kiln__cpu_flash_attention, &dst, scratch, 1);
+                dst.data = got;
+                memset(got, 0, sizeof got);
+                run_kernel(kiln__cpu_flash_attention, &dst, scratch, 3);
+                dst.data = want;
+                CHECK(memcmp(got, got1, (size_t)nq * sizeof(float)) == 0); /* thread counts agree bit for bit */
+                for (int64_t i = 0; i < nq; i++)
+                    if (!(fabsf(got[i] - want[i]) <= 2e-6f * (1.0f + fabsf(want[i])))) {
+                        harness_fail(__FILE__, __LINE__, "level %s shape %zu pos0 %d element %lld: %.9g vs reference %.9g",
+                                     kiln__cpu_level_name((kiln_cpu_level)l), sh, pos0s[c], (long long)i, got[i],
+                                     want[i]);
+                        break;
+                    }
+            }
         }
-    }
     kiln__cpu_force_level(kiln__cpu_max_level());
+}
+
+/* exp_f32 at every level against libm's expf over the range softmax uses (x <= 0, down to underflow)
+ * and beyond: relative error <= 2.5e-7 (about 2 float ulp), exact 0 for -inf and far below. */
+static void every_level_exp_is_within_two_ulp_of_libm(void) {
+    enum { N = 20011 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -103.0f + 190.0f * (float)i / (float)(N - 1);
+    x[0] = -INFINITY, x[1] = -200.0f, x[2] = 0.0f, x[3] = -0.0f, x[4] = 1e-8f, x[5] = -1e-8f;
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        float worst = 0;
+        isa->exp_f32(x, y, N);
+        CHECK(y[0] == 0.0f && y[1] == 0.0f && y[2] == 1.0f && y[3] == 1.0f);
+        for (int i = 2; i < N; i++) {
+            float want = expf(x[i]);
+            if (want < 1e-37f) continue; /* subnormal results: absolute error below 1e-44 */
+            worst = fmaxf(worst, fabsf(y[i] - want) / want);
+        }
+        if (!(worst <= 2.5e-7f))
+            harness_fail(__FILE__, __LINE__, "level %s: worst relative error %.3g", kiln__cpu_level_name((kiln_cpu_level)l),
+                         (double)worst);
+    }
 }
 
 int main(void) {
     RUN(flash_attention_matches_the_reference_at_every_level_across_key_tiles);
+    RUN(every_level_exp_is_within_two_ulp_of_libm);
     return harness_finish();
 }

@@ -124,6 +124,11 @@ typedef struct kiln_cpu_isa {
     /* Fused dequantize-and-dot of one weight row (k elements) with one float column, used for a single
      * activation column. NULL: dequantize the row with the reference dequantizer and use the F32 tile. */
     float (*dot_row[KILN_TYPE_COUNT])(const void *w, const float *x, int64_t k);
+    void (*exp_f32)(const float *x, float *y, int64_t n); /* y = e^x, within 2 float ulp of expf */
+    /* Attention over F32 K/V with kiln__cpu_flash_attention's contract, or false when it does not take the
+     * node's shape (the generic kernel then runs), and its per-thread scratch. NULL: the generic kernel. */
+    bool (*flash_attention)(const kiln_cpu_args *a);
+    size_t (*flash_attention_scratch_floats)(const kiln_tensor *node);
 } kiln_cpu_isa;
 
 /* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
@@ -146,6 +151,7 @@ void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_amx(kiln_cpu_isa *t);
 
 #endif

@@ -9,9 +9,12 @@
  * Shapes as KILN_OP_ATTENTION in graph.h: q [D, Hq, T], k and v [D, Hkv, L]. Threads take ranges of
  * (t, h) rows, so results do not depend on the thread count. Dots and updates go through the dispatch
  * table; exp is libm's expf (correctly rounded to within 1 ulp). The reference is kiln__cpu_attention
- * (kernels_attention.c), which materializes the scores.
+ * (kernels_attention.c), which materializes the scores. A level may bring its own kernel
+ * (isa->flash_attention, x86/avx512_attention.c), which takes the node when it supports its shape.
  */
 #include "backend/cpu/kernels.h"
+
+#include "core/core.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,7 +22,9 @@
 #define KV_TILE 64
 
 size_t kiln__cpu_flash_attention_scratch_floats(const kiln_tensor *node) {
-    return KV_TILE + (size_t)node->src[0]->ne[0];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    size_t n = KV_TILE + (size_t)node->src[0]->ne[0];
+    return isa->flash_attention_scratch_floats ? KILN__MAX(n, isa->flash_attention_scratch_floats(node)) : n;
 }
 
 void kiln__cpu_flash_attention(const kiln_cpu_args *a) {
@@ -29,6 +34,7 @@ void kiln__cpu_flash_attention(const kiln_cpu_args *a) {
     float scale = a->dst->fp[0];
     int64_t D = q->ne[0], Hq = q->ne[1], group = Hq / k->ne[1], r0, r1;
     float *s = a->scratch, *acc = a->scratch + KV_TILE;
+    if (isa->flash_attention && isa->flash_attention(a)) return;
     kiln__cpu_split(Hq * q->ne[2], a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t h = r % Hq, t = r / Hq, hk = h / group, n_keys = pos0 + t + 1;
