@@ -27,7 +27,7 @@ static void fill_random(float *x, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = test_rand(&st);
 }
 
-#define MAXK 1056
+#define MAXK 2080
 #define MAXR 11
 #define MAXC 7
 
@@ -189,7 +189,7 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
     static float got[40 * 48], want[40 * 48], xs_f[40 * MAXK];
     static unsigned char packed[48 * 34 * (MAXK / 32)], xq2[(40 + 15) * 1408];
     static const int64_t ncs[] = {1, 3, 7, 16, 17, 35}; /* AMX takes 16 columns at a time */
-    static const int64_t ks[] = {32, 96, 160, 1056};
+    static const int64_t ks[] = {32, 96, 160, 1056, 2080}; /* AMX unpacks 64 blocks at a time */
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     int checked = 0;
     for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
@@ -214,6 +214,11 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
                     for (int64_t c = 0; c < nc; c++) ref->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
                     isa->mm_packed[type](k, packed, gs, nr, xq2, xs, nc, got, 48);
                     ref->mm[type](k, wraw, rb, nr, xq2, xs, nc, want, 48);
+                    if (isa->level == KILN_CPU_AMX) { /* AMX claims the packed VNNI kernel's exact bits */
+                        static float vnni[40 * 48];
+                        kiln__cpu_isa_for(KILN_CPU_AVX512)->mm_packed[type](k, packed, gs, nr, xq2, xs, nc, vnni, 48);
+                        for (int64_t c = 0; c < nc; c++) CHECK(memcmp(got + c * 48, vnni + c * 48, 48 * sizeof(float)) == 0);
+                    }
                     for (int64_t j = 0; j < nc * 48; j++)
                         if (!(fabs(got[j] - want[j]) <= 1e-5 * (fabs(want[j]) + 1e-2) * (double)(k / 32))) {
                             harness_fail(__FILE__, __LINE__, "%s packed %s k=%lld nc=%lld [%lld]: %.9g vs %.9g",
