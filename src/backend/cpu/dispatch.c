@@ -23,6 +23,7 @@ static void build(void) {
             kiln__cpu_isa_init_avx512_packed(&tables[l]);
             kiln__cpu_isa_init_avx512_kquants(&tables[l]);
             kiln__cpu_isa_init_avx512_attention(&tables[l]);
+            kiln__cpu_isa_init_avx512_vec(&tables[l]);
         }
         if (l == KILN_CPU_AMX) kiln__cpu_isa_init_amx(&tables[l]);
     }

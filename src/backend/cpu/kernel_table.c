@@ -51,6 +51,7 @@ size_t kiln__cpu_scratch_floats(const kiln_tensor *node) {
     case KILN_OP_MATMUL: return kiln__cpu_matmul_scratch_floats(node);
     case KILN_OP_ATTENTION: return kiln__cpu_attention_kv_scratch_floats(node); /* key tile + acc, or scores */
     case KILN_OP_LINEAR: return kiln__cpu_matmul_scratch_floats(node); /* >= one dequantized weight row */
+    case KILN_OP_ROPE: return (size_t)node->src[0]->ne[0] + 2; /* cos and sin of one position's angles */
     default: return 0;
     }
 }

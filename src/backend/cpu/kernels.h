@@ -124,7 +124,13 @@ typedef struct kiln_cpu_isa {
     /* Fused dequantize-and-dot of one weight row (k elements) with one float column, used for a single
      * activation column. NULL: dequantize the row with the reference dequantizer and use the F32 tile. */
     float (*dot_row[KILN_TYPE_COUNT])(const void *w, const float *x, int64_t k);
-    void (*exp_f32)(const float *x, float *y, int64_t n); /* y = e^x, within 2 float ulp of expf */
+    /* Elementwise rows of contiguous floats (kernels_vec_ref.c); out may be an input array. */
+    void (*exp_f32)(const float *x, float *y, int64_t n); /* y = e^x, within 2.5e-7 relative of expf */
+    void (*add_f32)(float *out, const float *x, const float *y, int64_t n);
+    void (*mul_f32)(float *out, const float *x, const float *y, int64_t n);
+    void (*swiglu_f32)(float *out, const float *g, const float *u, int64_t n); /* silu(g) * u */
+    float (*sum_sq_f32)(const float *x, int64_t n);                                 /* sum of x^2 */
+    void (*scale_mul_f32)(float *out, float s, const float *x, const float *w, int64_t n); /* (s x) w */
     /* Attention over F32 K/V with kiln__cpu_flash_attention's contract, or false when it does not take the
      * node's shape (the generic kernel then runs), and its per-thread scratch. NULL: the generic kernel. */
     bool (*flash_attention)(const kiln_cpu_args *a);
@@ -152,6 +158,8 @@ void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_amx(kiln_cpu_isa *t);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * kernels_elementwise.c - reference kernels for row-wise and elementwise ops: get_rows, add, mul (with
- * broadcasting), silu, cont and cache_write. Outputs are the planned, contiguous dst.
+ * broadcasting), silu, cont and cache_write. Outputs are the planned, contiguous dst. Contiguous rows of
+ * add and mul go through the level's row helpers (kernels_vec_ref.c is their reference).
  */
 #include "backend/cpu/kernels.h"
 
@@ -27,6 +28,8 @@ void kiln__cpu_get_rows(const kiln_cpu_args *a) {
 
 static void binary(const kiln_cpu_args *a, bool is_mul) {
     const kiln_tensor *x = a->dst->src[0], *y = a->dst->src[1];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    bool contiguous = x->nb[0] == sizeof(float) && y->nb[0] == sizeof(float) && y->ne[0] == x->ne[0];
     int64_t r0, r1;
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -35,6 +38,10 @@ static void binary(const kiln_cpu_args *a, bool is_mul) {
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        if (contiguous) {
+            (is_mul ? isa->mul_f32 : isa->add_f32)(out, (const float *)xr, (const float *)yr, x->ne[0]);
+            continue;
+        }
         for (int64_t i = 0; i < x->ne[0]; i++) {
             float xv = *(const float *)(xr + i * (int64_t)x->nb[0]);
             float yv = *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);

@@ -3,7 +3,9 @@
  *
  * Each computes exactly what its plain decomposition computes, in the same float order where that is
  * cheap to keep (rms_norm_mul multiplies the normalized value by the weight, as rms_norm then mul does;
- * swiglu computes silu(g) then the product), so fusing does not change results.
+ * swiglu computes silu(g) then the product), so fusing does not change results. Contiguous rows of
+ * swiglu and rms_norm_mul go through the level's row helpers (kernels_vec_ref.c is their reference; the
+ * SIMD sum of squares and exp differ from these loops by float rounding only).
  */
 #include "backend/cpu/kernels_fused.h"
 
@@ -127,10 +129,28 @@ static float swiglu_fn(const kiln_tensor *n, float g, float u) {
 }
 
 void kiln__cpu_add_act(const kiln_cpu_args *a) { binary_rows(a, add_act_fn); }
-void kiln__cpu_swiglu(const kiln_cpu_args *a) { binary_rows(a, swiglu_fn); }
+
+void kiln__cpu_swiglu(const kiln_cpu_args *a) {
+    const kiln_tensor *g = a->dst->src[0], *u = a->dst->src[1];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    int64_t r0, r1;
+    if (g->nb[0] != sizeof(float) || u->nb[0] != sizeof(float) || u->ne[0] != g->ne[0]) {
+        binary_rows(a, swiglu_fn);
+        return;
+    }
+    kiln__cpu_split(kiln__tensor_nrows(g), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) { /* contiguous rows: the level's row helper */
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(g, r, &i1, &i2, &i3);
+        isa->swiglu_f32((float *)kiln__cpu_row(a->dst, i1, i2, i3), (const float *)kiln__cpu_row(g, i1, i2, i3),
+                        (const float *)kiln__cpu_row(u, i1 % u->ne[1], i2 % u->ne[2], i3 % u->ne[3]), g->ne[0]);
+    }
+}
 
 void kiln__cpu_rms_norm_mul(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0], *w = a->dst->src[1];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    bool w_contiguous = w->nb[0] == sizeof(float) && w->ne[0] == x->ne[0];
     float eps = a->dst->fp[0];
     int64_t r0, r1, n = x->ne[0];
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
@@ -140,11 +160,14 @@ void kiln__cpu_rms_norm_mul(const kiln_cpu_args *a) {
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
         const char *wr = kiln__cpu_row(w, i1 % w->ne[1], i2 % w->ne[2], i3 % w->ne[3]);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
-        float ss = 0.0f;
-        for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        float ss = isa->sum_sq_f32(xr, n);
         ss /= (float)n;
         ss += eps;
         ss = 1.0f / sqrtf(ss);
+        if (w_contiguous) {
+            isa->scale_mul_f32(out, ss, xr, (const float *)wr, n);
+            continue;
+        }
         for (int64_t i = 0; i < n; i++) out[i] = (ss * xr[i]) * *(const float *)(wr + (i % w->ne[0]) * (int64_t)w->nb[0]);
     }
 }

@@ -126,9 +126,6 @@ static void scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-static void exp_f32(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
-}
 
 void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->level = KILN_CPU_REF;
@@ -144,7 +141,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->dot_f32 = kiln__cpu_dot_f32;
     t->axpy_f32 = axpy_f32;
     t->scale_f32 = scale_f32;
-    t->exp_f32 = exp_f32;
+    kiln__cpu_isa_init_vec_ref(t);
     t->flash_attention = NULL;
     t->flash_attention_scratch_floats = NULL;
 }

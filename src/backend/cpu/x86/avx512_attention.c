@@ -16,14 +16,14 @@
  * arithmetic does not depend on its unit's other lanes, on the unit split or the thread count, so thread
  * counts agree bit for bit. Units are dealt to threads round-robin, which balances the causal triangle.
  *
- * exp is exp16 below: range reduction x = n ln2 + r with a two-part ln2 (|r| <= ln2 / 2), then the degree-7
- * polynomial of e^r (truncation error r^8 / 8! < 5e-9, below float precision) and an exact scaling by
- * 2^n; test_kernels_attention checks it against libm's expf to within 2 ulp-sized relative error.
+ * exp is kiln__exp16 (avx512_exp.h), within 2.5e-7 relative of libm's expf.
  * The reference is kiln__cpu_attention (kernels_attention.c), which materializes the scores.
  */
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__)
+#include "backend/cpu/x86/avx512_exp.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -34,33 +34,6 @@
 #define LANES 16
 #define KV_TILE 64
 #define DBLOCK 8 /* value dimensions kept in registers at a time */
-
-/* e^x for 16 lanes; 0 for x <= -104 (including -inf), overflow clamps near FLT_MAX's exponent. */
-INLINE __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-KILN_AVX512 static void exp_f32(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
 
 /* The unit's view of the node. */
 typedef struct unit_ctx {
@@ -134,10 +107,10 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
             tile_max = _mm512_max_ps(tile_max, s);
         }
         /* Key 0 is in every lane's first tile, so m is finite from the first tile's update on. */
-        __m512 m_new = _mm512_max_ps(m, tile_max), c = exp16(_mm512_sub_ps(m, m_new));
+        __m512 m_new = _mm512_max_ps(m, tile_max), c = kiln__exp16(_mm512_sub_ps(m, m_new));
         l = _mm512_mul_ps(l, c);
         for (int64_t j = 0; j < nj; j++) {
-            __m512 pj = exp16(_mm512_sub_ps(_mm512_load_ps(u->p + j * LANES), m_new));
+            __m512 pj = kiln__exp16(_mm512_sub_ps(_mm512_load_ps(u->p + j * LANES), m_new));
             _mm512_store_ps(u->p + j * LANES, pj);
             l = _mm512_add_ps(l, pj);
         }
@@ -176,7 +149,6 @@ KILN_AVX512 static bool flash_attention(const kiln_cpu_args *a) {
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t) {
     t->flash_attention = flash_attention;
     t->flash_attention_scratch_floats = scratch_floats;
-    t->exp_f32 = exp_f32;
 }
 
 #else

@@ -1,0 +1,111 @@
+/*
+ * test_kernels_vec.c - the dispatch table's elementwise row helpers (kernels.h; references in
+ * kernels_vec_ref.c) at every level this machine supports, on random rows of odd lengths (tails):
+ *   add, mul, scale_mul   lane-by-lane float operations in the reference's order: bit-exact;
+ *   sum_sq                partial sums in another order: |got - want| <= n * 1.2e-7 * want (all terms >= 0);
+ *   swiglu                through the level's exp (2.5e-7 relative) and one division: 1e-6 relative,
+ *                         plus 1e-30 absolute for results that underflow;
+ *   exp                   against libm's expf: 2.5e-7 relative (about 2 float ulp).
+ */
+#include "harness.h"
+
+#include "backend/cpu/kernels.h"
+#include "core/core.h"
+#include "graph_run.h"
+
+#include <math.h>
+
+#define N 1043
+
+static float x[N], y[N], want[N], got[N];
+
+static void every_level_adds_and_multiplies_rows_exactly(void) {
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    static const int64_t ns[] = {1, 15, 16, 17, 1043};
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (size_t c = 0; c < KILN__ARRAY_LEN(ns); c++) {
+            int64_t n = ns[c];
+            fill_random(x, N, 10 + c);
+            fill_random(y, N, 20 + c);
+            ref->add_f32(want, x, y, n);
+            isa->add_f32(got, x, y, n);
+            CHECK(memcmp(got, want, (size_t)n * sizeof(float)) == 0);
+            ref->mul_f32(want, x, y, n);
+            isa->mul_f32(got, x, y, n);
+            CHECK(memcmp(got, want, (size_t)n * sizeof(float)) == 0);
+            ref->scale_mul_f32(want, 0.37f, x, y, n);
+            isa->scale_mul_f32(got, 0.37f, x, y, n);
+            CHECK(memcmp(got, want, (size_t)n * sizeof(float)) == 0);
+            memcpy(got, x, sizeof x); /* in place: out is the first input */
+            isa->add_f32(got, got, y, n);
+            ref->add_f32(want, x, y, n);
+            CHECK(memcmp(got, want, (size_t)n * sizeof(float)) == 0);
+        }
+    }
+}
+
+static void every_level_sums_squares_within_float_rounding(void) {
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int64_t n = 1; n <= N; n += 149) {
+            fill_random(x, N, (uint64_t)n);
+            double exact = 0;
+            for (int64_t i = 0; i < n; i++) exact += (double)x[i] * x[i];
+            float w = ref->sum_sq_f32(x, n), g = isa->sum_sq_f32(x, n);
+            CHECK(fabs(w - exact) <= (double)n * 1.2e-7 * exact);
+            CHECK(fabs(g - exact) <= (double)n * 1.2e-7 * exact);
+        }
+    }
+}
+
+static void every_level_swiglu_matches_the_reference(void) {
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        fill_random(x, N, 7);
+        fill_random(y, N, 8);
+        for (int i = 0; i < N; i++) x[i] *= 40.0f; /* gates far into both tails of the sigmoid */
+        x[0] = -120.0f, x[1] = 95.0f, x[2] = 0.0f;
+        ref->swiglu_f32(want, x, y, N);
+        isa->swiglu_f32(got, x, y, N);
+        for (int i = 0; i < N; i++)
+            if (!(fabsf(got[i] - want[i]) <= 1e-6f * fabsf(want[i]) + 1e-30f)) {
+                harness_fail(__FILE__, __LINE__, "level %s element %d (gate %g): %.9g vs %.9g",
+                             kiln__cpu_level_name((kiln_cpu_level)l), i, (double)x[i], got[i], want[i]);
+                break;
+            }
+    }
+}
+
+/* exp_f32 at every level against libm's expf over the range softmax uses (x <= 0, down to underflow)
+ * and beyond: relative error <= 2.5e-7 (about 2 float ulp), exact 0 for -inf and far below. */
+static void every_level_exp_is_within_two_ulp_of_libm(void) {
+    enum { NE = 20011 };
+    static float ex[NE], ey[NE];
+    for (int i = 0; i < NE; i++) ex[i] = -103.0f + 190.0f * (float)i / (float)(NE - 1);
+    ex[0] = -INFINITY, ex[1] = -200.0f, ex[2] = 0.0f, ex[3] = -0.0f, ex[4] = 1e-8f, ex[5] = -1e-8f;
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        float worst = 0;
+        isa->exp_f32(ex, ey, NE);
+        CHECK(ey[0] == 0.0f && ey[1] == 0.0f && ey[2] == 1.0f && ey[3] == 1.0f);
+        for (int i = 2; i < NE; i++) {
+            float e = expf(ex[i]);
+            if (e < 1e-37f) continue; /* subnormal results: absolute error below 1e-44 */
+            worst = fmaxf(worst, fabsf(ey[i] - e) / e);
+        }
+        if (!(worst <= 2.5e-7f))
+            harness_fail(__FILE__, __LINE__, "level %s: worst relative error %.3g", kiln__cpu_level_name((kiln_cpu_level)l),
+                         (double)worst);
+    }
+}
+
+int main(void) {
+    RUN(every_level_adds_and_multiplies_rows_exactly);
+    RUN(every_level_sums_squares_within_float_rounding);
+    RUN(every_level_swiglu_matches_the_reference);
+    RUN(every_level_exp_is_within_two_ulp_of_libm);
+    return harness_finish();
+}
