@@ -9,6 +9,8 @@
 #include "harness.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_kv.h"
+#include "tensor/types.h"
 #include "core/core.h"
 #include "graph_run.h"
 
@@ -88,7 +90,64 @@ static void flash_attention_matches_the_reference_at_every_level_across_key_tile
     kiln__cpu_force_level(kiln__cpu_max_level());
 }
 
+/* F16 and Q8_0 caches ([Hkv * D, L], a row per position): each level's kernel against the reference
+ * over the same cache rows (both dequantize the same values; they differ in summation order and exp):
+ * the same 2e-6 bound. D = 64 and 48 (a Q8_0 block spans two heads' elements when D = 48). */
+static void quantized_caches_match_the_reference_at_every_level(void) {
+    static const kiln_type types[] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
+    static const shape shapes[] = {{64, 8, 2, 9}, {48, 4, 2, 3}};
+    enum { L = 140, MAXQ = 64 * 8 * 9 };
+    static float q[MAXQ], kf[64 * 2 * L], vf[64 * 2 * L], want[MAXQ], got[MAXQ];
+    static unsigned char kc[2 * 64 * 2 * L], vc[2 * 64 * 2 * L];
+    static float scratch[16384];
+    kiln_tensor tq, tk, tv, dst;
+    for (size_t ti = 0; ti < KILN__ARRAY_LEN(types); ti++)
+        for (size_t sh = 0; sh < KILN__ARRAY_LEN(shapes); sh++) {
+            const shape *p = &shapes[sh];
+            int64_t row = p->d * p->hkv, nq = p->d * p->hq * p->t;
+            size_t rb;
+            CHECK(kiln_type_row_bytes(types[ti], row, &rb) == KILN_OK);
+            fill_random(q, (size_t)nq, 40 + sh);
+            fill_random(kf, (size_t)(row * L), 41 + sh);
+            fill_random(vf, (size_t)(row * L), 42 + sh);
+            for (int64_t j = 0; j < L; j++) {
+                kiln_quantize_row(types[ti], kf + j * row, kc + (size_t)j * rb, row);
+                kiln_quantize_row(types[ti], vf + j * row, vc + (size_t)j * rb, row);
+            }
+            set_tensor(&tq, q, p->d, p->hq, p->t);
+            memset(&tk, 0, sizeof tk);
+            tk.type = types[ti], tk.n_dims = 2;
+            tk.ne[0] = row, tk.ne[1] = L, tk.ne[2] = tk.ne[3] = 1;
+            tk.nb[0] = kiln__type_traits(types[ti])->block_bytes, tk.nb[1] = rb, tk.nb[2] = tk.nb[3] = rb * L;
+            tv = tk;
+            tk.data = kc, tv.data = vc;
+            set_tensor(&dst, want, p->d, p->hq, p->t);
+            dst.op = KILN_OP_ATTENTION;
+            dst.src[0] = &tq, dst.src[1] = &tk, dst.src[2] = &tv;
+            dst.ip[0] = L - (int32_t)p->t;
+            dst.fp[0] = 1.0f / sqrtf((float)p->d) * 3.0f;
+            kiln__cpu_force_level(KILN_CPU_REF);
+            run_kernel(kiln__cpu_attention_kv, &dst, scratch, 3);
+            for (int l = KILN_CPU_REF + 1; l <= (int)kiln__cpu_max_level(); l++) {
+                kiln__cpu_force_level((kiln_cpu_level)l);
+                CHECK(kiln__cpu_attention_kv_scratch_floats(&dst) <= KILN__ARRAY_LEN(scratch) - 16);
+                dst.data = got;
+                run_kernel(kiln__cpu_attention_kv, &dst, scratch, 3);
+                dst.data = want;
+                for (int64_t i = 0; i < nq; i++)
+                    if (!(fabsf(got[i] - want[i]) <= 2e-6f * (1.0f + fabsf(want[i])))) {
+                        harness_fail(__FILE__, __LINE__, "level %s %s shape %zu element %lld: %.9g vs %.9g",
+                                     kiln__cpu_level_name((kiln_cpu_level)l), kiln__type_name(types[ti]), sh,
+                                     (long long)i, got[i], want[i]);
+                        break;
+                    }
+            }
+        }
+    kiln__cpu_force_level(kiln__cpu_max_level());
+}
+
 int main(void) {
     RUN(flash_attention_matches_the_reference_at_every_level_across_key_tiles);
+    RUN(quantized_caches_match_the_reference_at_every_level);
     return harness_finish();
 }

@@ -187,7 +187,7 @@ static void q8_rows_follow_the_documented_layout(void) {
 /* Repacked weights (repack.c) through each level's packed tiles equal the unpacked reference tile. */
 static void packed_tiles_match_the_reference_on_repacked_weights(void) {
     static float got[40 * 48], want[40 * 48], xs_f[40 * MAXK];
-    static unsigned char packed[48 * 34 * (MAXK / 32)], xq2[(40 + 15) * 1408];
+    static unsigned char packed[48 * 34 * (MAXK / 32)], xq2[(40 + 15) * 2624] /* q8 rows of MAXK */;
     static const int64_t ncs[] = {1, 3, 7, 16, 17, 35}; /* AMX takes 16 columns at a time */
     static const int64_t ks[] = {32, 96, 160, 1056, 2080}; /* AMX unpacks 64 blocks at a time */
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);

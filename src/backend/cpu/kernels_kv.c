@@ -8,6 +8,7 @@
  */
 #include "backend/cpu/kernels_kv.h"
 
+#include "core/core.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -55,8 +56,11 @@ static const float *segment(const kiln_tensor *c, int64_t row, int64_t e0, int64
 }
 
 size_t kiln__cpu_attention_kv_scratch_floats(const kiln_tensor *node) {
-    if (node->src[1]->type == KILN_TYPE_F32) return kiln__cpu_flash_attention_scratch_floats(node);
-    return (size_t)node->src[1]->ne[1] + 2 * ((size_t)node->src[0]->ne[0] + SEGMENT_PAD);
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    size_t n = node->src[1]->type == KILN_TYPE_F32
+                   ? kiln__cpu_flash_attention_scratch_floats(node)
+                   : (size_t)node->src[1]->ne[1] + 2 * ((size_t)node->src[0]->ne[0] + SEGMENT_PAD);
+    return isa->flash_attention_scratch_floats ? KILN__MAX(n, isa->flash_attention_scratch_floats(node)) : n;
 }
 
 /* Reference attention over F16/Q8_0 rows: scores for every visible key, softmax, weighted sum of V. */
@@ -66,6 +70,8 @@ void kiln__cpu_attention_kv(const kiln_cpu_args *a) {
         kiln__cpu_flash_attention(a);
         return;
     }
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    if (isa->flash_attention && isa->flash_attention(a)) return; /* the level's kernel takes F16/Q8_0 too */
     int32_t pos0 = a->dst->ip[0];
     float scale = a->dst->fp[0];
     int64_t D = q->ne[0], Hq = q->ne[1], Hkv = k->ne[0] / D, group = Hq / Hkv, r0, r1;

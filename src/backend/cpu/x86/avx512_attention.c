@@ -10,6 +10,9 @@
  *           (rescale by exp(m_old - m_new), p = exp(s - m_new)) is plain vector arithmetic;
  *   values  Ot[d] = Ot[d] * c + sum_j p[j] * V[j][d] (broadcast), 8 dimensions in registers at a time.
  *
+ * K/V caches in F16 or Q8_0 are converted a key tile at a time into scratch (the blocks covering the
+ * head's elements), then read as F32 rows; F32 caches are read in place.
+ *
  * A unit is 16 consecutive (position, head) rows of one KV head's group: with GQA groups of 8, two
  * positions; without GQA, 16 positions of one head. Causality is a per-lane key count (keys past it are
  * set to -inf in the one tile that crosses it); key tiles start at multiples of KV_TILE. Each lane's
@@ -23,6 +26,7 @@
 
 #if defined(__x86_64__)
 #include "backend/cpu/x86/avx512_exp.h"
+#include "tensor/types.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -41,8 +45,31 @@ typedef struct unit_ctx {
     int64_t D, group, T;
     int32_t pos0;
     float scale;
-    float *qt, *p, *ot; /* scratch: [D][16], [KV_TILE][16], [D][16] */
+    float *qt, *p, *ot;  /* scratch: [D][16], [KV_TILE][16], [D][16] */
+    float *kbuf, *vbuf;  /* scratch for F16 / Q8_0 caches: a key tile as floats, [KV_TILE][D] each */
+    float *tmp;          /* scratch: one dequantized cache segment (D + 64 floats) */
 } unit_ctx;
+
+/* Rows j0 .. j0 + n of KV head hk as float rows: F32 caches ([D, Hkv, L]) are read in place; F16 and
+ * Q8_0 caches ([Hkv * D, L], a row per position) are converted into buf, the blocks that cover the head's
+ * elements at a time. Sets *stride to the returned rows' stride in bytes. */
+static const char *kv_rows(const unit_ctx *u, const kiln_tensor *c, int64_t hk, int64_t j0, int64_t n, float *buf,
+                           size_t *stride) {
+    const int64_t D = u->D;
+    if (c->type == KILN_TYPE_F32) {
+        *stride = c->nb[2];
+        return kiln__cpu_row(c, hk, j0, 0);
+    }
+    const kiln_type_traits *tr = kiln__type_traits(c->type);
+    const int64_t e0 = hk * D, b0 = e0 / tr->block_elems, b1 = (e0 + D - 1) / tr->block_elems;
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = kiln__cpu_row(c, j0 + j, 0, 0) + b0 * (int64_t)tr->block_bytes;
+        kiln__dequantize_row(c->type, row, u->tmp, (b1 - b0 + 1) * tr->block_elems);
+        memcpy(buf + j * D, u->tmp + (e0 - b0 * tr->block_elems), (size_t)D * sizeof(float));
+    }
+    *stride = (size_t)D * sizeof(float);
+    return (const char *)buf;
+}
 
 /* Scores of 16 keys starting at row kr (stride ks bytes) for the 16 lanes, into p[0..15][lanes]. */
 INLINE void scores16(const unit_ctx *u, const char *kr, size_t ks, float *p) {
@@ -71,7 +98,7 @@ INLINE void values(const unit_ctx *u, const char *vr, size_t vs, int64_t nj, int
 /* Rows idx0 .. idx0 + 16 (fewer at the end) of KV head hk's (position, head) enumeration. */
 KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
     const int64_t D = u->D, n_rows = kiln__cpu_min64(LANES, u->T * u->group - idx0);
-    const size_t ks = u->k->nb[2], vs = u->v->nb[2];
+    size_t ks, vs;
     int32_t nk[LANES];
     float kpad[16 * 256] __attribute__((aligned(64))); /* a partial 16-key block, zero-padded (D <= 256) */
     /* Lanes past the last row repeat the last row's key count and have zero queries; never stored. */
@@ -87,7 +114,7 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
     memset(u->ot, 0, (size_t)D * LANES * sizeof(float));
     for (int64_t j0 = 0; j0 < max_keys; j0 += KV_TILE) {
         const int64_t nj = kiln__cpu_min64(KV_TILE, max_keys - j0);
-        const char *kt = kiln__cpu_row(u->k, hk, j0, 0), *vt = kiln__cpu_row(u->v, hk, j0, 0);
+        const char *kt = kv_rows(u, u->k, hk, j0, nj, u->kbuf, &ks), *vt = kv_rows(u, u->v, hk, j0, nj, u->vbuf, &vs);
         for (int64_t jb = 0; jb < nj; jb += 16) {
             if (nj - jb >= 16) {
                 scores16(u, kt + (size_t)jb * ks, ks, u->p + jb * LANES);
@@ -129,18 +156,25 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
 }
 
 static size_t scratch_floats(const kiln_tensor *node) {
-    return (size_t)LANES * (2 * (size_t)node->src[0]->ne[0] + KV_TILE) + 16;
+    const size_t D = (size_t)node->src[0]->ne[0];
+    const size_t convert = node->src[1]->type == KILN_TYPE_F32 ? 0 : 2 * KV_TILE * D + D + 64; /* kbuf, vbuf, tmp */
+    return (size_t)LANES * (2 * D + KV_TILE) + convert + 16;
 }
 
-/* Q [D, Hq, T], K/V [D, Hkv, L], F32; falls back to the generic kernel for D > 256. */
+static bool kv_type_ok(kiln_type t) { return t == KILN_TYPE_F32 || t == KILN_TYPE_F16 || t == KILN_TYPE_Q8_0; }
+
+/* Q [D, Hq, T] F32; K/V F32 [D, Hkv, L] or F16 / Q8_0 [Hkv * D, L]. Declines D > 256 (kpad's size) and
+ * strided query rows. */
 KILN_AVX512 static bool flash_attention(const kiln_cpu_args *a) {
-    const kiln_tensor *q = a->dst->src[0], *k = a->dst->src[1];
-    const int64_t D = q->ne[0], Hkv = k->ne[1];
-    if (D > 256 || q->nb[0] != sizeof(float) || k->nb[0] != sizeof(float) || a->dst->src[2]->nb[0] != sizeof(float))
+    const kiln_tensor *q = a->dst->src[0], *k = a->dst->src[1], *v = a->dst->src[2];
+    const int64_t D = q->ne[0], Hkv = k->type == KILN_TYPE_F32 ? k->ne[1] : k->ne[0] / D;
+    if (D > 256 || q->nb[0] != sizeof(float) || k->type != v->type || !kv_type_ok(k->type) ||
+        (k->type == KILN_TYPE_F32 && (k->nb[0] != sizeof(float) || v->nb[0] != sizeof(float))))
         return false;
     float *s = (float *)(((uintptr_t)a->scratch + 63) & ~(uintptr_t)63);
-    unit_ctx u = {q, k, a->dst->src[2], a->dst, D, q->ne[1] / Hkv, q->ne[2], a->dst->ip[0], a->dst->fp[0],
-                  s, s + D * LANES, s + D * LANES + KV_TILE * LANES};
+    unit_ctx u = {q, k, v, a->dst, D, q->ne[1] / Hkv, q->ne[2], a->dst->ip[0], a->dst->fp[0], s, s + D * LANES,
+                  s + D * LANES + KV_TILE * LANES, s + 2 * D * LANES + KV_TILE * LANES,
+                  s + 2 * D * LANES + KV_TILE * LANES + KV_TILE * D, s + 2 * D * LANES + KV_TILE * LANES + 2 * KV_TILE * D};
     const int64_t per_head = (u.T * u.group + LANES - 1) / LANES, n_units = per_head * Hkv;
     for (int64_t i = a->ith; i < n_units; i += a->nth) run_unit(&u, i % Hkv, i / Hkv * LANES);
     return true;
