@@ -142,6 +142,37 @@ static void every_level_quantizes_activations_to_the_same_bytes_as_the_reference
     }
 }
 
+/* Infinite and NaN activations (a diverged model, a corrupt file) give defined bytes, never an undefined
+ * float-to-int conversion or an overflowing block sum: an infinite block scales by 0, its infinite entries
+ * clamp to -127 (inf * 0 is NaN) on every level alike; a NaN block keeps every quant in [-127, 127] and its
+ * stored sum equal to the sum of its quants (the levels may pick different scales for NaN). */
+static void every_level_gives_defined_quants_for_infinite_and_nan_activations(void) {
+    static float x[256];
+    static unsigned char want[512], got[512];
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    fill_random(x, 256, 41);
+    x[3] = INFINITY;
+    x[40] = -INFINITY;
+    x[100] = NAN;
+    x[101] = INFINITY;
+    ref->quantize_q8(x, want, 256);
+    CHECK(((int8_t *)want)[3] == -127 && ((int8_t *)want)[4] == 0);
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        memset(got, 0, sizeof got);
+        kiln__cpu_isa_for((kiln_cpu_level)l)->quantize_q8(x, got, 256);
+        CHECK(memcmp(got, want, 96) == 0); /* blocks 0..2: no NaN, specified exactly */
+        for (int b = 0; b < 8; b++) {
+            int sum = 0;
+            for (int i = 0; i < 32; i++) {
+                int q = ((int8_t *)got)[b * 32 + i];
+                CHECK(q >= -127 && q <= 127);
+                sum += q;
+            }
+            CHECK_EQ_INT(kiln__q8_row_s(got, 256)[b], sum);
+        }
+    }
+}
+
 /* The reference itself: block-wise integer dots of the q8 activations equal the float dot of what the
  * dequantizer (src/tensor) says the weights are with what the q8 row says the activations are. */
 static void reference_integer_dots_equal_the_dequantized_dot(void) {
@@ -237,6 +268,7 @@ int main(void) {
     RUN(q8_rows_follow_the_documented_layout);
     RUN(reference_integer_dots_equal_the_dequantized_dot);
     RUN(every_level_quantizes_activations_to_the_same_bytes_as_the_reference);
+    RUN(every_level_gives_defined_quants_for_infinite_and_nan_activations);
     RUN(every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes);
     RUN(packed_tiles_match_the_reference_on_repacked_weights);
     return harness_finish();

@@ -26,7 +26,9 @@ void kiln__q8_quantize_ref(const float *x, void *row, int64_t k) {
         db = amax / 127.0f;
         id = db != 0.0f ? 1.0f / db : 0.0f;
         for (int i = 0; i < KILN_Q8_BLOCK; i++) {
-            int32_t v = (int32_t)nearbyintf(xb[i] * id);
+            /* Clamped before the conversion so that NaN and infinite inputs give a defined value (NaN goes
+             * to -127, as the SIMD max with the bound second does), never an undefined float-to-int cast. */
+            int32_t v = (int32_t)nearbyintf(fminf(fmaxf(xb[i] * id, -127.0f), 127.0f));
             q[b * KILN_Q8_BLOCK + i] = (int8_t)v;
             sum += v;
         }

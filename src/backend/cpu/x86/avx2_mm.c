@@ -153,7 +153,9 @@ KILN_AVX2 static void quantize_q8(const float *x, void *row, int64_t k) {
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         float db = _mm_cvtss_f32(m4) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        for (int j = 0; j < 4; j++) iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], _mm256_set1_ps(id)));
+        for (int j = 0; j < 4; j++) /* clamped as in the reference: NaN -> -127, sums cannot overflow */
+            iv[j] = _mm256_cvtps_epi32(_mm256_min_ps(
+                _mm256_max_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(id)), _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
         __m256i sum = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_hadd_epi32(s4, s4);

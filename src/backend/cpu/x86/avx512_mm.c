@@ -154,8 +154,10 @@ KILN_AVX512 static void quantize_q8(const float *x, void *row, int64_t k) {
         __m512 v0 = _mm512_loadu_ps(x + b * KILN_Q8_BLOCK), v1 = _mm512_loadu_ps(x + b * KILN_Q8_BLOCK + 16);
         float db = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
         float id = db != 0.0f ? 1.0f / db : 0.0f;
-        __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-        __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        /* clamped as in the reference: NaN -> -127, and the block sum cannot overflow */
+        const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        __m512i i0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, _mm512_set1_ps(id)), lo), hi));
+        __m512i i1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, _mm512_set1_ps(id)), lo), hi));
         _mm_storeu_si128((__m128i *)(q + b * KILN_Q8_BLOCK), _mm512_cvtsepi32_epi8(i0));
         _mm_storeu_si128((__m128i *)(q + b * KILN_Q8_BLOCK + 16), _mm512_cvtsepi32_epi8(i1));
         d[b] = db;
