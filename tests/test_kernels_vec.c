@@ -5,7 +5,8 @@
  *   sum_sq                partial sums in another order: |got - want| <= n * 1.2e-7 * want (all terms >= 0);
  *   swiglu                through the level's exp (2.5e-7 relative) and one division: 1e-6 relative,
  *                         plus 1e-30 absolute for results that underflow;
- *   exp                   against libm's expf: 2.5e-7 relative (about 2 float ulp).
+ *   exp                   against libm's expf: 2.5e-7 relative (about 2 float ulp); AVX2 and AVX-512
+ *                         bit-identical to each other.
  */
 #include "harness.h"
 
@@ -102,10 +103,28 @@ static void every_level_exp_is_within_two_ulp_of_libm(void) {
     }
 }
 
+/* The AVX2 and AVX-512 exps share their reduction and polynomial; only the final scaling by 2^n differs
+ * in instructions (two exact power-of-two multiplies against vscalefps), so they agree bit for bit,
+ * subnormal results included, and a level switch never moves a softmax. */
+static void avx2_and_avx512_exp_give_the_same_bits(void) {
+    enum { NE = 4099 };
+    static float ex[NE], a[NE], b[NE];
+    const kiln_cpu_isa *v2 = kiln__cpu_isa_for(KILN_CPU_AVX2), *v5 = kiln__cpu_isa_for(KILN_CPU_AVX512);
+    if (!v2 || !v5) {
+        printf("  (skipped: this CPU lacks AVX2 or AVX-512)\n");
+        return;
+    }
+    for (int i = 0; i < NE; i++) ex[i] = -110.0f + 200.0f * (float)i / (float)(NE - 1);
+    v2->exp_f32(ex, a, NE);
+    v5->exp_f32(ex, b, NE);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+}
+
 int main(void) {
     RUN(every_level_adds_and_multiplies_rows_exactly);
     RUN(every_level_sums_squares_within_float_rounding);
     RUN(every_level_swiglu_matches_the_reference);
     RUN(every_level_exp_is_within_two_ulp_of_libm);
+    RUN(avx2_and_avx512_exp_give_the_same_bits);
     return harness_finish();
 }

@@ -17,7 +17,10 @@ static void build(void) {
         tables[l] = tables[l - 1];
         tables[l].level = (kiln_cpu_level)l;
         if (l > (int)max) continue;
-        if (l == KILN_CPU_AVX2) kiln__cpu_isa_init_avx2(&tables[l]);
+        if (l == KILN_CPU_AVX2) {
+            kiln__cpu_isa_init_avx2(&tables[l]);
+            kiln__cpu_isa_init_avx2_vec(&tables[l]);
+        }
         if (l == KILN_CPU_AVX512) {
             kiln__cpu_isa_init_avx512(&tables[l]);
             kiln__cpu_isa_init_avx512_packed(&tables[l]);

@@ -1,0 +1,100 @@
+/*
+ * avx2_vec.c - AVX2 elementwise row helpers (references: kernels_vec_ref.c), for the many CPUs with AVX2
+ * but no AVX-512. As in avx512_vec.c: add, mul and scale_mul do the reference's float operations lane by
+ * lane (its exact bits); sum_sq keeps 8 partial sums (within float rounding of the reference); exp and
+ * swiglu use kiln__exp8 (avx2_exp.h, within 2.5e-7 relative of expf). Tails run the reference's scalar
+ * loop, except exp and swiglu, whose tails go through a zero-padded vector so that every element of a row
+ * gets the same exp.
+ */
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include "backend/cpu/x86/avx2_exp.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define KILN_AVX2 __attribute__((target("avx2,fma")))
+
+/* The last n < 8 floats of a row through a vector function f of one or two arguments. */
+#define TAIL(n, out, f, ...)                                                                           \
+    do {                                                                                               \
+        float t_[8];                                                                                   \
+        _mm256_storeu_ps(t_, f(__VA_ARGS__));                                                          \
+        memcpy(out, t_, (size_t)(n) * sizeof(float));                                                  \
+    } while (0)
+
+KILN_AVX2 static inline __m256 load_part(const float *x, int64_t n) {
+    float t[8] = {0};
+    memcpy(t, x, (size_t)n * sizeof(float));
+    return _mm256_loadu_ps(t);
+}
+
+KILN_AVX2 static void exp_f32(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, kiln__exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) TAIL(n - i, y + i, kiln__exp8, load_part(x + i, n - i));
+}
+
+KILN_AVX2 static void add_f32(float *out, const float *x, const float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) out[i] = x[i] + y[i];
+}
+
+KILN_AVX2 static void mul_f32(float *out, const float *x, const float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) out[i] = x[i] * y[i];
+}
+
+/* g * (1 / (1 + e^-g)) * u, the reference's order of operations. */
+KILN_AVX2 static inline __m256 swiglu8(__m256 g, __m256 u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, kiln__exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    return _mm256_mul_ps(_mm256_mul_ps(g, sig), u);
+}
+
+KILN_AVX2 static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) TAIL(n - i, out + i, swiglu8, load_part(g + i, n - i), load_part(u + i, n - i));
+}
+
+KILN_AVX2 static float sum_sq_f32(const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    if (i < n) {
+        __m256 v = load_part(x + i, n - i);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KILN_AVX2 static void scale_mul_f32(float *out, float s, const float *x, const float *w, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(sv, _mm256_loadu_ps(x + i)), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) out[i] = (s * x[i]) * w[i];
+}
+
+void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t) {
+    t->exp_f32 = exp_f32;
+    t->add_f32 = add_f32;
+    t->mul_f32 = mul_f32;
+    t->swiglu_f32 = swiglu_f32;
+    t->sum_sq_f32 = sum_sq_f32;
+    t->scale_mul_f32 = scale_mul_f32;
+}
+
+#else
+void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t) { (void)t; }
+#endif
