@@ -207,27 +207,6 @@ void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t) {
 }
 
 #else
-KILN_AVX2 static float dot_f32(const float *x, const float *y, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(load_x((const char *)x, i, n - i), load_x((const char *)y, i, n - i), acc);
-    return hsum8(acc);
-}
-
-KILN_AVX2 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
-}
-
-KILN_AVX2 static void scale_f32(float *y, float a, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_set1_ps(a), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] *= a;
-}
-
-void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t) {
-    t->dot_f32 = dot_f32;
-    t->axpy_f32 = axpy_f32;
-    t->scale_f32 = scale_f32; (void)t; }
+/* Not x86-64: the level is never supported, so its table is never filled. */
+void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t) { (void)t; }
 #endif

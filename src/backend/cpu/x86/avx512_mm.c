@@ -220,33 +220,6 @@ void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t) {
 }
 
 #else
-KILN_AVX512 static float dot_f32(const float *x, const float *y, int64_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask16(n - i);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-KILN_AVX512 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
-    __m512 av = _mm512_set1_ps(a);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
-KILN_AVX512 static void scale_f32(float *y, float a, int64_t n) {
-    __m512 av = _mm512_set1_ps(a);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
-void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t) {
-    t->dot_f32 = dot_f32;
-    t->axpy_f32 = axpy_f32;
-    t->scale_f32 = scale_f32; (void)t; }
+/* Not x86-64: the level is never supported, so its table is never filled. */
+void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t) { (void)t; }
 #endif
