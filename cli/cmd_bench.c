@@ -31,8 +31,8 @@ static const char bench_help[] =
     "  -t, --threads T     threads (default: physical cores)\n"
     "  -r, --repetitions R runs per test after one warm-up run (default 5)\n"
     "  -o, --output F      md (default) or json\n"
-    "  --cpu LEVEL         force a kernel level: ref, avx2, avx512 or amx (same as KILN_CPU=LEVEL);\n"
-    "                      a level the CPU lacks falls back to the best one below it\n"
+    "  --cpu LEVEL         force a kernel level: ref, avx2, avx512, amx or neon (same as KILN_CPU=LEVEL);\n"
+    "                      a level the CPU lacks falls back to the best one below it (neon: ref)\n"
     "  --no-bandwidth      skip the start-up read-bandwidth measurement\n"
     "  -h, --help          this text\n";
 
@@ -70,8 +70,9 @@ static int parse(int argc, char **argv, bench_options *o) {
     }
     if (strcmp(o->output, "md") && strcmp(o->output, "json"))
         return cli_usage_error("bench", "output format '%s' is neither md nor json", o->output);
-    if (o->cpu && strcmp(o->cpu, "ref") && strcmp(o->cpu, "avx2") && strcmp(o->cpu, "avx512") && strcmp(o->cpu, "amx"))
-        return cli_usage_error("bench", "cpu level '%s' is not one of ref, avx2, avx512, amx", o->cpu);
+    if (o->cpu && strcmp(o->cpu, "ref") && strcmp(o->cpu, "avx2") && strcmp(o->cpu, "avx512") && strcmp(o->cpu, "amx") &&
+        strcmp(o->cpu, "neon"))
+        return cli_usage_error("bench", "cpu level '%s' is not one of ref, avx2, avx512, amx, neon", o->cpu);
     return CLI_OK;
 }
 

@@ -73,7 +73,8 @@ static void goldens_are_exact_at_every_level_with_one_and_two_threads(void) {
     kiln_model *m = NULL;
     CHECK(json != NULL);
     CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
-    for (int l = KILN_CPU_REF; json && m && l <= (int)kiln__cpu_max_level(); l++) {
+    for (int l = KILN_CPU_REF; json && m && l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
         CHECK_EQ_INT(kiln__cpu_force_level((kiln_cpu_level)l), l);
         for (size_t c = 0; c < 2; c++) {
             int32_t ids[256];
@@ -152,7 +153,8 @@ static void quantized_matmuls_agree_bit_for_bit_across_thread_counts_at_every_le
                 fill_random(c.x, QK * 21, st);
                 kiln__cpu_force_level(KILN_CPU_REF);
                 float *ref = run_q(&c, 1);
-                for (int l = KILN_CPU_REF; ref && l <= (int)kiln__cpu_max_level(); l++) {
+                for (int l = KILN_CPU_REF; ref && l < KILN_CPU_LEVEL_COUNT; l++) {
+                    if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
                     kiln__cpu_force_level((kiln_cpu_level)l);
                     float *one = run_q(&c, 1), *two = run_q(&c, 2);
                     if (one && two) {
@@ -171,14 +173,41 @@ static void quantized_matmuls_agree_bit_for_bit_across_thread_counts_at_every_le
 static void unknown_and_unsupported_levels_are_refused_or_clamped(void) {
     kiln_cpu_level l = KILN_CPU_REF;
     CHECK(kiln__cpu_level_parse("avx512", &l) && l == KILN_CPU_AVX512);
+    CHECK(kiln__cpu_level_parse("neon", &l) && l == KILN_CPU_NEON);
     CHECK(!kiln__cpu_level_parse("sse9", &l));
     CHECK_EQ_INT(kiln__cpu_force_level(KILN_CPU_LEVEL_COUNT), kiln__cpu_max_level());
     CHECK(kiln__cpu_isa_for(KILN_CPU_LEVEL_COUNT) == NULL);
     CHECK(kiln__cpu_isa_for(KILN_CPU_REF)->level == KILN_CPU_REF);
+    CHECK(kiln__cpu_level_supported(KILN_CPU_REF) && kiln__cpu_level_supported(kiln__cpu_max_level()));
+    CHECK(!kiln__cpu_level_supported(KILN_CPU_LEVEL_COUNT));
+    kiln__cpu_force_level(kiln__cpu_max_level());
+}
+
+/* The architectures' chains are disjoint: an x86-64 build never offers neon and an aarch64 build never
+ * offers the x86 levels. Forcing a level the CPU lacks lands on the first supported level down its chain,
+ * and only supported levels have a dispatch table. */
+static void levels_of_another_architecture_are_unsupported_and_fall_back_down_their_chain(void) {
+#if defined(__x86_64__)
+    CHECK(!kiln__cpu_level_supported(KILN_CPU_NEON));
+#elif defined(__aarch64__)
+    CHECK(!kiln__cpu_level_supported(KILN_CPU_AVX2) && !kiln__cpu_level_supported(KILN_CPU_AVX512) &&
+          !kiln__cpu_level_supported(KILN_CPU_AMX));
+#endif
+    CHECK_EQ_INT(kiln__cpu_level_base(KILN_CPU_NEON), KILN_CPU_REF);
+    CHECK_EQ_INT(kiln__cpu_level_base(KILN_CPU_AMX), KILN_CPU_AVX512);
+    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
+        kiln_cpu_level want = (kiln_cpu_level)l;
+        while (!kiln__cpu_level_supported(want)) want = kiln__cpu_level_base(want);
+        CHECK_EQ_INT(kiln__cpu_force_level((kiln_cpu_level)l), want);
+        CHECK_EQ_INT(kiln__cpu_level(), want);
+        CHECK((kiln__cpu_isa_for((kiln_cpu_level)l) != NULL) == kiln__cpu_level_supported((kiln_cpu_level)l));
+    }
+    kiln__cpu_force_level(kiln__cpu_max_level());
 }
 
 int main(void) {
     RUN(unknown_and_unsupported_levels_are_refused_or_clamped);
+    RUN(levels_of_another_architecture_are_unsupported_and_fall_back_down_their_chain);
     RUN(quantized_matmuls_agree_bit_for_bit_across_thread_counts_at_every_level);
     RUN(goldens_are_exact_at_every_level_with_one_and_two_threads);
     return harness_finish();

@@ -1,7 +1,8 @@
 /*
  * cpu_features.c - CPU detection (cpuid, xgetbv, and the Linux AMX permission request) and the active
- * kernel level. See cpu_features.h. On other architectures every x86 feature reads false and the level is
- * the scalar reference.
+ * kernel level. See cpu_features.h. aarch64 reads its features from the kernel's hardware capabilities
+ * (getauxval(AT_HWCAP)), which is what the kernel promises user space can run. On other architectures
+ * every feature reads false and the level is the scalar reference.
  */
 #include "backend/cpu/cpu_features.h"
 
@@ -20,12 +21,27 @@
 #endif
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+/* The bits of AT_HWCAP (the kernel's uapi asm/hwcap.h), spelled out for C libraries that lack them. */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+#endif
+
 static kiln_cpu_features features;
 static kiln_cpu_level max_level;
+static bool supported[KILN_CPU_LEVEL_COUNT]; /* [level] the CPU runs it and every level down its chain */
 static atomic_int active_level;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static const char *const level_names[KILN_CPU_LEVEL_COUNT] = {"ref", "avx2", "avx512", "amx"};
+static const char *const level_names[KILN_CPU_LEVEL_COUNT] = {"ref", "avx2", "avx512", "amx", "neon"};
+/* Each level's base: the level whose dispatch table it starts from and that it falls back to. */
+static const kiln_cpu_level level_bases[KILN_CPU_LEVEL_COUNT] = {KILN_CPU_REF, KILN_CPU_REF, KILN_CPU_AVX2,
+                                                                  KILN_CPU_AVX512, KILN_CPU_REF};
 
 #if defined(__x86_64__) || defined(__i386__)
 static unsigned long long read_xcr0(void) {
@@ -75,12 +91,39 @@ static void detect_x86(kiln_cpu_features *f) {
 }
 #endif
 
-static kiln_cpu_level best_level(const kiln_cpu_features *f) {
-    if (!(f->os_avx && f->avx2 && f->fma && f->f16c)) return KILN_CPU_REF;
-    if (!(f->os_avx512 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni))
-        return KILN_CPU_AVX2;
-    if (!(f->os_amx && f->amx_tile && f->amx_int8)) return KILN_CPU_AVX512;
-    return KILN_CPU_AMX;
+#if defined(__aarch64__)
+static void detect_arm(kiln_cpu_features *f) {
+#if defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP);
+    f->asimd = (hw & HWCAP_ASIMD) != 0;
+    f->asimddp = f->asimd && (hw & HWCAP_ASIMDDP) != 0;
+#else
+    f->asimd = true; /* Advanced SIMD is part of the aarch64 base architecture */
+    f->asimddp = false;
+#endif
+}
+#endif
+
+/* Whether the CPU has what a level's kernels execute (a level needs its base as well). */
+static bool has_level(const kiln_cpu_features *f, kiln_cpu_level level) {
+    switch (level) {
+    case KILN_CPU_REF: return true;
+    case KILN_CPU_AVX2: return f->os_avx && f->avx2 && f->fma && f->f16c;
+    case KILN_CPU_AVX512:
+        return f->os_avx512 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
+    case KILN_CPU_AMX: return f->os_amx && f->amx_tile && f->amx_int8;
+    case KILN_CPU_NEON: return f->asimd;
+    case KILN_CPU_LEVEL_COUNT: break;
+    }
+    return false;
+}
+
+/* `level`, or the first supported level down its chain; past the last level, the maximum. */
+static kiln_cpu_level resolve(kiln_cpu_level level) {
+    if (level < KILN_CPU_REF) return KILN_CPU_REF;
+    if (level >= KILN_CPU_LEVEL_COUNT) return max_level;
+    while (!supported[level]) level = level_bases[level];
+    return level;
 }
 
 static void detect(void) {
@@ -88,10 +131,19 @@ static void detect(void) {
     const char *env = getenv("KILN_CPU");
 #if defined(__x86_64__) || defined(__i386__)
     detect_x86(&features);
+#elif defined(__aarch64__)
+    detect_arm(&features);
 #endif
-    max_level = best_level(&features);
+    /* Bases come before the levels on them, so one pass in order settles every chain; the architectures'
+     * chains are disjoint, so the highest supported level is the top of this machine's chain. */
+    max_level = KILN_CPU_REF;
+    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
+        supported[l] = has_level(&features, (kiln_cpu_level)l) &&
+                       (l == KILN_CPU_REF || supported[level_bases[l]]);
+        if (supported[l]) max_level = (kiln_cpu_level)l;
+    }
     level = max_level;
-    if (env && *env && kiln__cpu_level_parse(env, &level) && level > max_level) level = max_level;
+    if (env && *env && kiln__cpu_level_parse(env, &level)) level = resolve(level);
     atomic_store(&active_level, (int)level);
 }
 
@@ -105,6 +157,15 @@ kiln_cpu_level kiln__cpu_max_level(void) {
     return max_level;
 }
 
+bool kiln__cpu_level_supported(kiln_cpu_level level) {
+    pthread_once(&once, detect);
+    return level >= KILN_CPU_REF && level < KILN_CPU_LEVEL_COUNT && supported[level];
+}
+
+kiln_cpu_level kiln__cpu_level_base(kiln_cpu_level level) {
+    return level >= KILN_CPU_REF && level < KILN_CPU_LEVEL_COUNT ? level_bases[level] : KILN_CPU_REF;
+}
+
 kiln_cpu_level kiln__cpu_level(void) {
     pthread_once(&once, detect);
     return (kiln_cpu_level)atomic_load_explicit(&active_level, memory_order_relaxed);
@@ -112,8 +173,7 @@ kiln_cpu_level kiln__cpu_level(void) {
 
 kiln_cpu_level kiln__cpu_force_level(kiln_cpu_level level) {
     pthread_once(&once, detect);
-    if (level < KILN_CPU_REF) level = KILN_CPU_REF;
-    if (level > max_level) level = max_level;
+    level = resolve(level);
     atomic_store(&active_level, (int)level);
     return level;
 }
