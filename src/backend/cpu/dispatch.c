@@ -30,6 +30,7 @@ static void build(void) {
             kiln__cpu_isa_init_avx512_vec(&tables[l]);
         }
         if (l == KILN_CPU_AMX) kiln__cpu_isa_init_amx(&tables[l]);
+        if (l == KILN_CPU_NEON) kiln__cpu_isa_init_neon(&tables[l]);
     }
 }
 

@@ -81,8 +81,8 @@ void kiln__cpu_softmax_row(float *x, int64_t n);
 
 /* ---------------------------------------------------------------------------------------------------
  * Row kernels behind the dispatch table. Every entry has a scalar reference (kernels_mm_ref.c,
- * kernels_vec_ref.c) and SIMD variants per level (x86/avx2_*.c, x86/avx512_*.c), compiled with target
- * attributes so that one binary runs on any x86-64.
+ * kernels_vec_ref.c) and SIMD variants per level (x86/avx2_*.c, x86/avx512_*.c, arm/neon_*.c), compiled
+ * with target attributes or per-file flags so that one binary runs on any x86-64 or any aarch64.
  *
  * Activations multiplied with quantized weights are first quantized to 8-bit rows ("q8 rows"): for K
  * elements (a multiple of 32), K int8 quants, then K/32 float scales d, then K/32 int32 block sums s
@@ -162,5 +162,6 @@ void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_amx(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_neon(kiln_cpu_isa *t); /* arm/neon_*.c; stubs elsewhere */
 
 #endif
