@@ -1,11 +1,14 @@
 # Thin wrapper over CMake. The two commands a newcomer needs:
 #   make run    build everything and generate a story with the bundled model
 #   make test   build everything and run the whole suite, plain, under ASan+UBSan, and the fuzz target
+# Not part of `make test` (it takes minutes): `make test-aarch64` cross-builds for aarch64 and runs the
+# suite under qemu-user (scripts/test-aarch64.sh; test-aarch64-clang does the same with clang).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz install format clean
+.PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz test-aarch64 test-aarch64-clang \
+	install format clean
 
 all: build
 
@@ -38,6 +41,12 @@ test-fuzz: build-fuzz
 
 test: test-plain test-asan test-fuzz
 
+test-aarch64:
+	@JOBS=$(JOBS) scripts/test-aarch64.sh gcc
+
+test-aarch64-clang:
+	@JOBS=$(JOBS) scripts/test-aarch64.sh clang
+
 install: build
 	cmake --install build --prefix $(PREFIX)
 
@@ -45,4 +54,4 @@ format:
 	clang-format -i include/*.h src/*/*.[ch] src/*/*/*.[ch] cli/*.[ch] tests/*.[ch] fuzz/*.c
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-clang
