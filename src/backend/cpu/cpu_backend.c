@@ -125,7 +125,7 @@ static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kil
         c->packs = p;
         c->packs_cap = cap;
     }
-    size_t bytes = kiln__repack_group_bytes(w->type, w->ne[0]) * (size_t)(w->ne[1] / 16);
+    size_t bytes = kiln__repack_group_bytes(w->type, w->ne[0]) * (size_t)((w->ne[1] + 15) / 16);
     packed_weight *pw = &c->packs[c->n_packs];
     pw->block = kiln__alloc(bytes + HUGE_PAGE);
     if (!pw->block) return kiln__error(KILN_E_NOMEM, "out of memory repacking weight '%s' (%zu bytes)", w->name, bytes);

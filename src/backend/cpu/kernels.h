@@ -112,8 +112,9 @@ typedef void (*kiln_mm_fn)(int64_t k, const void *w, size_t ws, int64_t nr, cons
 typedef struct kiln_cpu_isa {
     kiln_cpu_level level;
     kiln_mm_fn mm[KILN_TYPE_COUNT]; /* NULL: the weight type has no kernel */
-    /* Tiles over repacked weights (repack.c): nr is a multiple of 16, w the first row group, ws the
-     * group stride (kiln__repack_group_bytes). NULL: this level does not use repacked weights. */
+    /* Tiles over repacked weights (repack.c): w is the first row group, ws the group stride
+     * (kiln__repack_group_bytes); nr is a multiple of 16 except for F16/BF16, whose tiles store only the
+     * nr outputs asked for. NULL: this level does not use repacked weights. */
     kiln_mm_fn mm_packed[KILN_TYPE_COUNT];
     void (*quantize_q8)(const float *x, void *row, int64_t k);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
@@ -138,10 +139,15 @@ typedef struct kiln_cpu_isa {
 } kiln_cpu_isa;
 
 /* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
- * rows, and the rewrite itself (row_bytes is the source row stride). */
+ * rows, and the rewrite itself (row_bytes is the source row stride). The copy holds (n + 15) / 16 groups;
+ * only F16 and BF16 accept n that is not a multiple of 16 (their last group is zero-padded). */
 bool kiln__repack_supported(kiln_type type, int64_t k, int64_t n);
 size_t kiln__repack_group_bytes(kiln_type type, int64_t k);
 void kiln__repack(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
+/* The F16/BF16 layout (repack_half.c): 16-row groups of element pairs. */
+bool kiln__repack_half_supported(int64_t k, int64_t n);
+size_t kiln__repack_half_group_bytes(int64_t k);
+void kiln__repack_half(const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 
 /* Whether matmul with this weight type takes q8 activation rows. */
 static inline bool kiln__mm_wants_q8(kiln_type t) { return t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0; }
@@ -157,6 +163,7 @@ void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);

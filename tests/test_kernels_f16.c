@@ -1,0 +1,216 @@
+/*
+ * test_kernels_f16.c - F16 and BF16 weights repacked into 16-row pair groups (repack_half.c) and the
+ * packed tiles of every level this machine supports, against the scalar reference tile on the unpacked
+ * rows, on random inputs of odd sizes; and F16/BF16 matmuls through the graph at every level.
+ *
+ * Tolerance, from the arithmetic: the weights convert to float exactly, every product is one FMA, so the
+ * only error is float rounding in the sums. A sum whose terms pass through at most n roundings is within
+ * n * 2^-24 * sum|w x| of the exact value. The reference sums left to right (n = k); the packed tiles sum
+ * each lane over at most k / 2 pairs, then add at most STREAMS (8) partial sums and one lane pair
+ * (n <= k / 2 + 16). Both are checked against a double-precision dot, and against each other with the
+ * sum of the two bounds.
+ */
+#include "harness.h"
+
+#include "backend/cpu/kernels.h"
+#include "core/core.h"
+#include "graph_run.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define MAXK 2080
+#define MAXN 45
+#define MAXC 35
+#define U 0x1p-24
+
+static uint16_t wbits[MAXN * MAXK];
+static float wval[MAXN * MAXK], xval[MAXC * MAXK];
+static unsigned char packed[3 * 16 * MAXK * 2];
+
+static uint16_t to_half(kiln_type type, float v) {
+    return type == KILN_TYPE_F16 ? kiln_fp32_to_fp16(v) : kiln_fp32_to_bf16(v);
+}
+
+static float from_half(kiln_type type, uint16_t h) {
+    return type == KILN_TYPE_F16 ? kiln_fp16_to_fp32(h) : kiln_bf16_to_fp32(h);
+}
+
+/* n random rows of k weights (what they mean, exactly, in wval) and nc random columns. */
+static void make_inputs(kiln_type type, int64_t k, int64_t n, int64_t nc, uint64_t seed) {
+    uint64_t st = seed;
+    for (int64_t i = 0; i < n * k; i++) {
+        wbits[i] = to_half(type, test_rand(&st));
+        wval[i] = from_half(type, wbits[i]);
+    }
+    fill_random(xval, (size_t)(nc * k), seed + 1);
+}
+
+static void repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding(void) {
+    const int64_t k = 64, n = 21;
+    uint32_t word;
+    make_inputs(KILN_TYPE_F16, k, n, 0, 3);
+    CHECK(kiln__repack_supported(KILN_TYPE_F16, k, n) && kiln__repack_supported(KILN_TYPE_BF16, k, n));
+    CHECK(!kiln__repack_supported(KILN_TYPE_F16, 48, 16)); /* K must be whole 32-element steps */
+    CHECK_EQ_INT((int64_t)kiln__repack_group_bytes(KILN_TYPE_BF16, k), k * 32);
+    memset(packed, 0xab, sizeof packed);
+    kiln__repack(KILN_TYPE_F16, wbits, (size_t)k * 2, k, n, packed);
+    for (int64_t g = 0; g < 2; g++)
+        for (int64_t p = 0; p < k / 2; p++)
+            for (int r = 0; r < 16; r++) {
+                int64_t row = g * 16 + r;
+                const uint16_t *at = (const uint16_t *)(packed + g * k * 32 + p * 64 + r * 4);
+                if (row < n) {
+                    CHECK(at[0] == wbits[row * k + 2 * p] && at[1] == wbits[row * k + 2 * p + 1]);
+                } else {
+                    memcpy(&word, at, 4);
+                    CHECK(word == 0);
+                }
+            }
+}
+
+/* |got - want| within tol, reported with the case. */
+static bool near(double got, double want, double tol, const char *what, const kiln_cpu_isa *isa, kiln_type type,
+                 int64_t k, int64_t nr, int64_t nc, int64_t r, int64_t c) {
+    if (fabs(got - want) <= tol) return true;
+    harness_fail(__FILE__, __LINE__, "%s %s %s k=%lld nr=%lld nc=%lld (%lld,%lld): %.9g vs %.9g (tol %.3g)", what,
+                 kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k, (long long)nr,
+                 (long long)nc, (long long)r, (long long)c, got, want, tol);
+    return false;
+}
+
+/* One case: the packed tile over all nr rows, and again one group at a time (as a thread's share starts),
+ * which must give the same bits; outputs past nr are never written. */
+static void check_packed(const kiln_cpu_isa *isa, const kiln_cpu_isa *ref, kiln_type type, int64_t k, int64_t nr,
+                         int64_t nc) {
+    static float got[MAXC * 48], split[MAXC * 48], want[MAXC * 48];
+    const size_t os = 48, xs = MAXK * sizeof(float), gs = kiln__repack_group_bytes(type, k);
+    kiln__repack(type, wbits, (size_t)k * 2, k, nr, packed);
+    for (size_t i = 0; i < MAXC * 48; i++) got[i] = split[i] = -7.0f;
+    isa->mm_packed[type](k, packed, gs, nr, xval, xs, nc, got, os);
+    for (int64_t g = 0; g * 16 < nr; g++)
+        isa->mm_packed[type](k, packed + g * gs, gs, KILN__MIN(16, nr - g * 16), xval, xs, nc, split + g * 16, os);
+    ref->mm[type](k, wbits, (size_t)k * 2, nr, xval, xs, nc, want, os);
+    const double n_ref = (double)k, n_packed = (double)k / 2 + 16;
+    for (int64_t c = 0; c < nc; c++) {
+        for (int64_t r = nr; r < (int64_t)os; r++) CHECK(got[c * os + r] == -7.0f && split[c * os + r] == -7.0f);
+        for (int64_t r = 0; r < nr; r++) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                exact += (double)wval[r * k + i] * xval[c * MAXK + i];
+                mag += fabs((double)wval[r * k + i] * xval[c * MAXK + i]);
+            }
+            float g = got[c * os + r];
+            if (!near(g, exact, n_packed * U * mag, "packed vs exact", isa, type, k, nr, nc, r, c) ||
+                !near(want[c * os + r], exact, n_ref * U * mag, "reference vs exact", isa, type, k, nr, nc, r, c) ||
+                !near(g, want[c * os + r], (n_ref + n_packed) * U * mag, "packed vs reference", isa, type, k, nr,
+                      nc, r, c))
+                return;
+            if (memcmp(&g, &split[c * os + r], sizeof g) != 0) {
+                harness_fail(__FILE__, __LINE__, "%s %s k=%lld nc=%lld (%lld,%lld): %.9g whole, %.9g by group",
+                             kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k, (long long)nc,
+                             (long long)r, (long long)c, g, split[c * os + r]);
+                return;
+            }
+        }
+    }
+}
+
+static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(void) {
+    static const kiln_type types[] = {KILN_TYPE_F16, KILN_TYPE_BF16};
+    static const int64_t ks[] = {32, 96, 1056, 2080}, nrs[] = {16, 21, 45}, ncs[] = {1, 3, 7, 12, 13, 17, 35};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    int checked = 0;
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (size_t t = 0; t < KILN__ARRAY_LEN(types); t++) {
+            if (!isa->mm_packed[types[t]]) continue;
+            for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
+                for (size_t j = 0; j < KILN__ARRAY_LEN(nrs); j++)
+                    for (size_t c = 0; c < KILN__ARRAY_LEN(ncs); c++) {
+                        make_inputs(types[t], ks[i], nrs[j], ncs[c], 17 * (uint64_t)l + 5 * i + 3 * j + c + t);
+                        check_packed(isa, ref, types[t], ks[i], nrs[j], ncs[c]);
+                        checked++;
+                    }
+        }
+    }
+    printf("  (%d packed F16/BF16 cases; the machine's best level is %s)\n", checked,
+           kiln__cpu_level_name(kiln__cpu_max_level()));
+}
+
+/* ---- F16/BF16 matmul through the graph ---- */
+#define GK 96
+#define GN 88 /* 5 full groups and one of 8 rows */
+#define GM 21
+
+typedef struct hcase {
+    kiln_type type;
+    int64_t m;
+    uint16_t w[GN * GK];
+    float x[GK * GM];
+} hcase;
+
+static float *run_h(hcase *c, int threads) {
+    kiln_graph *g = NULL;
+    kiln_status s;
+    float *arena, *out = NULL;
+    int64_t nw[2] = {GK, GN}, nx[2] = {GK, c->m};
+    CHECK_OK(kiln__graph_create(16, &g));
+    if (!g) return NULL;
+    kiln_tensor *w = kiln__graph_leaf(g, "w", c->type, 2, nw, c->w, KILN_TENSOR_WEIGHT);
+    kiln_tensor *x = kiln__graph_leaf(g, "x", KILN_TYPE_F32, 2, nx, c->x, KILN_TENSOR_INPUT);
+    kiln_tensor *y = kiln__matmul(g, w, x);
+    kiln__graph_set_output(g, y);
+    arena = graph_run(g, threads, &s);
+    CHECK_OK(s);
+    if (arena) {
+        out = malloc((size_t)(GN * c->m) * sizeof(float));
+        memcpy(out, y->data, (size_t)(GN * c->m) * sizeof(float));
+    }
+    free(arena);
+    kiln__graph_destroy(g);
+    return out;
+}
+
+/* Bit-identical for 1 and 2 threads at every level (the row split follows the 16-row groups), and within
+ * the two summation bounds above of the reference level. */
+static void half_matmuls_agree_across_thread_counts_and_with_the_reference_at_every_level(void) {
+    static hcase c;
+    static const int64_t ms[] = {1, 4, GM};
+    for (int t = 0; t < 2; t++)
+        for (size_t im = 0; im < KILN__ARRAY_LEN(ms); im++) {
+            uint64_t st = 7 + (uint64_t)(t * 3) + im;
+            c.type = t ? KILN_TYPE_BF16 : KILN_TYPE_F16;
+            c.m = ms[im];
+            for (int64_t i = 0; i < GN * GK; i++) c.w[i] = to_half(c.type, test_rand(&st));
+            fill_random(c.x, GK * GM, st);
+            kiln__cpu_force_level(KILN_CPU_REF);
+            float *ref = run_h(&c, 1);
+            for (int l = KILN_CPU_REF; ref && l <= (int)kiln__cpu_max_level(); l++) {
+                kiln__cpu_force_level((kiln_cpu_level)l);
+                float *one = run_h(&c, 1), *two = run_h(&c, 2);
+                if (one && two) {
+                    CHECK(memcmp(one, two, (size_t)(GN * c.m) * sizeof(float)) == 0);
+                    for (int64_t m = 0; m < c.m; m++)
+                        for (int64_t n = 0; n < GN; n++) {
+                            double mag = 0;
+                            for (int64_t i = 0; i < GK; i++)
+                                mag += fabs((double)from_half(c.type, c.w[n * GK + i]) * c.x[m * GK + i]);
+                            CHECK_NEAR(one[m * GN + n], ref[m * GN + n], (1.5 * GK + 16) * U * mag);
+                        }
+                }
+                free(one);
+                free(two);
+            }
+            free(ref);
+        }
+    kiln__cpu_force_level(kiln__cpu_max_level());
+}
+
+int main(void) {
+    RUN(repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding);
+    RUN(packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes);
+    RUN(half_matmuls_agree_across_thread_counts_and_with_the_reference_at_every_level);
+    return harness_finish();
+}
