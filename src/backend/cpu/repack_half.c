@@ -22,17 +22,22 @@ size_t kiln__repack_half_group_bytes(int64_t k) { return (size_t)k * 16 * sizeof
 bool kiln__repack_half_supported(int64_t k, int64_t n) { return k > 0 && k % 32 == 0 && n > 0; }
 
 void kiln__repack_half(const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst) {
+    const int64_t np = k / 2; /* a multiple of 16 */
     uint32_t *out = dst;
-    for (int64_t g = 0; g < (n + 15) / 16; g++, out += k * 8) {
-        /* Row by row, so each source row is read sequentially; the writes stride by 64 bytes. */
-        for (int r = 0; r < 16; r++) {
-            int64_t row = g * 16 + r;
-            if (row >= n) {
-                for (int64_t p = 0; p < k / 2; p++) out[p * 16 + r] = 0;
-                continue;
+    for (int64_t g = 0; g < (n + 15) / 16; g++, out += np * 16) {
+        const unsigned char *rows[16];
+        for (int r = 0; r < 16; r++)
+            rows[r] = g * 16 + r < n ? (const unsigned char *)src + (size_t)(g * 16 + r) * row_bytes : NULL;
+        /* 16 x 16 blocks of pairs, transposed in cache: the 16 source rows and the output are each
+         * read or written sequentially, which keeps this memory-bound even for multi-GB weights. */
+        for (int64_t p0 = 0; p0 < np; p0 += 16) {
+            uint32_t block[16][16];
+            for (int r = 0; r < 16; r++) {
+                if (rows[r]) memcpy(block[r], rows[r] + 4 * p0, sizeof block[r]);
+                else memset(block[r], 0, sizeof block[r]);
             }
-            const unsigned char *s = (const unsigned char *)src + (size_t)row * row_bytes;
-            for (int64_t p = 0; p < k / 2; p++) memcpy(&out[p * 16 + r], s + 4 * p, 4);
+            for (int p = 0; p < 16; p++)
+                for (int r = 0; r < 16; r++) out[(p0 + p) * 16 + r] = block[r][p];
         }
     }
 }

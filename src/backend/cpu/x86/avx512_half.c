@@ -74,6 +74,7 @@ INLINE void group_decode(int type, int64_t np, const unsigned char *w, const uns
     const int64_t seg = np / STREAMS, ahead = AHEAD / PAIR_BYTES;
     for (int s = 0; s < STREAMS; s++) acc[s][0] = acc[s][1] = _mm512_setzero_ps();
     for (int64_t i = 0; i < seg; i++)
+#pragma GCC unroll 16
         for (int s = 0; s < STREAMS; s++) {
             int64_t p = s * seg + i, j = i + ahead;
             uintptr_t pf = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * PAIR_BYTES)
@@ -105,6 +106,7 @@ INLINE void group_tile(int type, int C, int64_t np, const unsigned char *w, cons
     for (int64_t p = 0; p < np; p++) {
         __m512 a, b;
         widen(type, w + p * PAIR_BYTES, &a, &b);
+#pragma GCC unroll 12
         for (int c = 0; c < C; c++) {
             __m512 xp = pair((const float *)(x + c * xs), p);
             acc[c][0] = _mm512_fmadd_ps(a, xp, acc[c][0]);
