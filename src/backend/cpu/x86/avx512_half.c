@@ -32,6 +32,8 @@
 #define STREAMS 8
 #define AHEAD 2048
 #define PAIR_BYTES 64 /* one element pair of 16 rows */
+#define CHUNK 256     /* pairs converted at a time: 32 KiB of floats */
+#define CBLOCK (8 * CMAX)
 
 /* The 64 bytes at q as two float vectors in pair lanes. */
 INLINE void widen(int type, const unsigned char *q, __m512 *a, __m512 *b) {
@@ -98,26 +100,64 @@ INLINE void group_decode(int type, int64_t np, const unsigned char *w, const uns
     store16(out, rows, rows16(type, acc[0][0], acc[0][1]));
 }
 
-/* One group times C columns (C > 1): each converted weight pair feeds 2 C FMAs. */
-INLINE void group_tile(int type, int C, int64_t np, const unsigned char *w, const char *x, size_t xs,
-                       float *out, size_t os, int rows) {
-    __m512 acc[CMAX][2];
-    for (int c = 0; c < C; c++) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
+/* Pairs [p0, p0 + n) of a group as floats in pair lanes, 32 per pair (a, then b). */
+INLINE void convert(int type, const unsigned char *w, int64_t p0, int64_t n, float *f) {
+    for (int64_t p = 0; p < n; p++) {
         __m512 a, b;
-        widen(type, w + p * PAIR_BYTES, &a, &b);
+        widen(type, w + (p0 + p) * PAIR_BYTES, &a, &b);
+        _mm512_store_ps(f + 32 * p, a);
+        _mm512_store_ps(f + 32 * p + 16, b);
+    }
+}
+
+/* Pairs [p0, p0 + n) of C columns against a converted chunk f: each weight pair, loaded once, feeds 2 C
+ * FMAs. The pair-lane sums continue from part and return there, so splitting K into chunks changes no
+ * bit of the result. */
+INLINE void chunk_tile(int C, const float *f, int64_t p0, int64_t n, const char *x, size_t xs,
+                       __m512 (*part)[2]) {
+    __m512 acc[CMAX][2];
+#pragma GCC unroll 12
+    for (int c = 0; c < C; c++) acc[c][0] = part[c][0], acc[c][1] = part[c][1];
+    for (int64_t p = 0; p < n; p++) {
+        __m512 a = _mm512_load_ps(f + 32 * p), b = _mm512_load_ps(f + 32 * p + 16);
 #pragma GCC unroll 12
         for (int c = 0; c < C; c++) {
-            __m512 xp = pair((const float *)(x + c * xs), p);
+            __m512 xp = pair((const float *)(x + c * xs), p0 + p);
             acc[c][0] = _mm512_fmadd_ps(a, xp, acc[c][0]);
             acc[c][1] = _mm512_fmadd_ps(b, xp, acc[c][1]);
         }
     }
-    for (int c = 0; c < C; c++) store16(out + c * os, rows, rows16(type, acc[c][0], acc[c][1]));
+#pragma GCC unroll 12
+    for (int c = 0; c < C; c++) part[c][0] = acc[c][0], part[c][1] = acc[c][1];
 }
 
 #define TILE_CASE(n)                                                                                   \
-    case n: group_tile(type, n, np, wg, xc, xs, o, os, rows); break;
+    case n: chunk_tile(n, f, p0, len, xc, xs, part + c0); break;
+
+/* One group times nc > 1 columns. The weights are converted once per CHUNK pairs into an L1-resident
+ * float buffer that every column tile then reads, so the FMA ports do FMAs only (converting inside the
+ * tile took 2-4 of every 26-28 of their slots); CBLOCK columns keep their partial sums between chunks. */
+INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const char *x, size_t xs, int64_t nc,
+                          float *out, size_t os, int rows) {
+    float f[CHUNK * 32] __attribute__((aligned(64)));
+    __m512 part[CBLOCK][2];
+    for (int64_t cb = 0; cb < nc; cb += CBLOCK) {
+        int64_t ncb = nc - cb < CBLOCK ? nc - cb : CBLOCK;
+        for (int64_t c = 0; c < ncb; c++) part[c][0] = part[c][1] = _mm512_setzero_ps();
+        for (int64_t p0 = 0; p0 < np; p0 += CHUNK) {
+            int64_t len = np - p0 < CHUNK ? np - p0 : CHUNK;
+            convert(type, w, p0, len, f);
+            for (int64_t c0 = 0; c0 < ncb; c0 += CMAX) {
+                const char *xc = x + (cb + c0) * xs;
+                switch (ncb - c0 < CMAX ? (int)(ncb - c0) : CMAX) {
+                    TILE_CASE(12) TILE_CASE(11) TILE_CASE(10) TILE_CASE(9) TILE_CASE(8) TILE_CASE(7)
+                    TILE_CASE(6) TILE_CASE(5) TILE_CASE(4) TILE_CASE(3) TILE_CASE(2) TILE_CASE(1)
+                }
+            }
+        }
+        for (int64_t c = 0; c < ncb; c++) store16(out + (cb + c) * os, rows, rows16(type, part[c][0], part[c][1]));
+    }
+}
 
 INLINE void packed_half(int type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                         int64_t nc, float *out, size_t os) {
@@ -125,18 +165,8 @@ INLINE void packed_half(int type, int64_t k, const void *w, size_t ws, int64_t n
     for (int64_t g = 0; g * 16 < nr; g++) {
         const unsigned char *wg = (const unsigned char *)w + g * ws;
         int rows = nr - g * 16 < 16 ? (int)(nr - g * 16) : 16;
-        if (nc == 1) {
-            group_decode(type, np, wg, (const unsigned char *)((uintptr_t)wg + ws), x, out + g * 16, rows);
-            continue;
-        }
-        for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {
-            const char *xc = (const char *)x + c0 * xs;
-            float *o = out + c0 * os + g * 16;
-            switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {
-                TILE_CASE(12) TILE_CASE(11) TILE_CASE(10) TILE_CASE(9) TILE_CASE(8) TILE_CASE(7)
-                TILE_CASE(6) TILE_CASE(5) TILE_CASE(4) TILE_CASE(3) TILE_CASE(2) TILE_CASE(1)
-            }
-        }
+        if (nc == 1) group_decode(type, np, wg, (const unsigned char *)((uintptr_t)wg + ws), x, out + g * 16, rows);
+        else group_prefill(type, np, wg, (const char *)x, xs, nc, out + g * 16, os, rows);
     }
 }
 
