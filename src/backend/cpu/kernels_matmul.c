@@ -4,9 +4,10 @@
  *
  * Quantized weights: the threads first quantize every activation column to a q8 row in the node's shared
  * scratch (each thread a range of columns), meet at a barrier, then multiply with integer dots.
- * F16/BF16 weights with several columns (prefill): each block of 32 weight rows is converted to F32 once
- * into the thread's scratch and multiplied with the F32 tile, so the conversion is paid once per block
- * instead of once per column. Each thread takes a range of weight rows (in units of 16); every output is
+ * F16/BF16 weights with several columns (prefill) that were not repacked: each block of 32 weight rows is
+ * converted to F32 once into the thread's scratch and multiplied with the F32 tile, so the conversion is
+ * paid once per block instead of once per column (repacked ones go to the packed tiles, which convert
+ * inside). Each thread takes a range of weight rows (in units of 16); every output is
  * computed by the same instruction sequence whatever the split, so thread counts agree bit for bit.
  * Weights the backend repacked (a->packed, see repack.c) go to the level's packed tiles; the rows are
  * then split in groups of 16, which the row split already respects. Types without a tile kernel fall back to dequantizing a row at a time (the reference path).
