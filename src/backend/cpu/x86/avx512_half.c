@@ -12,8 +12,10 @@
  *            with its own accumulators and a software prefetch AHEAD bytes in front (near its end, into
  *            the same stream of the next group), because one thread's read bandwidth grows with the
  *            number of streams in flight and short streams end before the hardware prefetcher ramps up.
- *   prefill  (several columns) compute-bound: up to CMAX columns per pass over the group, so each
- *            weight load and conversion feeds 2 * CMAX FMAs (24 accumulators of the 32 registers).
+ *   prefill  (several columns) compute-bound: CHUNK pairs of the group are widened once into an L1
+ *            buffer of floats, then every column tile of up to CMAX columns reads it, so each weight
+ *            load feeds 2 * CMAX FMAs (24 accumulators of the 32 registers) and the FMA ports do no
+ *            conversions; partial sums wait in memory between chunks.
  *
  * Results depend only on the group and the column count of the pass (1 or more), never on nr or on
  * where a thread's rows start. The reference is the unpacked scalar tile (kernels_mm_ref.c), which sums
