@@ -188,5 +188,6 @@ void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) {
 }
 
 #else
+/* Not x86-64: the level is never supported, so its table is never filled. */
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) { (void)t; }
 #endif
