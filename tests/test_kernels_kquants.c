@@ -1,11 +1,13 @@
 /*
- * test_kernels_kquants.c - the fused dequantize-and-dot row kernels for K-quant weights (dot_row in
- * kernels.h, used for single-column matmuls), at every level this machine supports, against the reference
- * computed another way: the src/tensor dequantizer's weight values times the column, summed in double.
+ * test_kernels_kquants.c - the Q4_K and Q6_K matmul tiles over q8 activation rows (kernels.h): the scalar
+ * reference tile (kernels_mm_kquants_ref.c) against an independent float computation, and every level's
+ * tiles against the reference tile, on random valid
+ * K-quant blocks (random quants, scales and mins, sane half-float super-block scales) and odd sizes:
+ * row counts that leave a partial group of 16, column counts around the kernels' register tiles.
  *
- * Tolerance: the kernels form each weight value with at most one extra rounding (fused multiply-subtract)
- * and sum in float over 32 lanes, each lane taking k / 32 terms, then a 32-way reduction:
- * |got - want| <= 2e-7 * (k / 32 + 8) * sum|w x| (float epsilon 1.2e-7 per rounding, with margin).
+ * Tolerance, as in test_kernels_mm.c: the tiles compute each 32-block's integer dot exactly and may only
+ * round the per-block products differently and reorder the float sums: |got - ref| <= 1e-6 * (k / 32) *
+ * sum|w x|, with w the dequantized weights and x the dequantized q8 activations.
  */
 #include "harness.h"
 
@@ -15,10 +17,16 @@
 
 #include <math.h>
 
-#define MAXK 2816
+#define MAXK 2560
+#define MAXR 37
+#define MAXC 17
 
-static float x[MAXK], wf[MAXK];
-static unsigned char wraw[MAXK]; /* at most 210 / 256 bytes per element */
+static float wf[MAXR * MAXK], xf[MAXC * MAXK], xd[MAXC * MAXK];
+static unsigned char wraw[MAXR * MAXK];
+static unsigned char xq[MAXC * (MAXK + MAXK / 4)];
+static float got[MAXC * MAXR], want[MAXC * MAXR];
+
+static const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
 
 static uint64_t next(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -27,12 +35,12 @@ static uint64_t next(uint64_t *s) {
 
 static float unit(uint64_t *s) { return (float)(next(s) & 0xffffff) / 8388608.0f - 1.0f; }
 
-/* Random blocks of a K-quant type: random quants and scales, sane half-float super-block scales. */
-static void make_row(kiln_type type, int64_t k, uint64_t seed) {
+/* nr random rows of k elements; returns the row stride. wf holds what the rows mean (the dequantizer). */
+static size_t make_rows(kiln_type type, int64_t k, int64_t nr, uint64_t seed) {
     uint64_t st = seed;
-    size_t bb = kiln__type_traits(type)->block_bytes;
-    for (size_t i = 0; i < (size_t)(k / KILN_QK_K) * bb; i++) wraw[i] = (unsigned char)next(&st);
-    for (int64_t b = 0; b < k / KILN_QK_K; b++) {
+    size_t bb = kiln__type_traits(type)->block_bytes, rb = (size_t)(k / KILN_QK_K) * bb;
+    for (size_t i = 0; i < rb * (size_t)nr; i++) wraw[i] = (unsigned char)next(&st);
+    for (int64_t b = 0; b < nr * (k / KILN_QK_K); b++) {
         unsigned char *blk = wraw + (size_t)b * bb;
         uint16_t d = kiln_fp32_to_fp16(0.001f + 0.01f * fabsf(unit(&st)));
         uint16_t dmin = kiln_fp32_to_fp16(0.001f + 0.01f * fabsf(unit(&st)));
@@ -43,37 +51,93 @@ static void make_row(kiln_type type, int64_t k, uint64_t seed) {
             memcpy(blk + bb - 2, &d, 2); /* Q6_K: d is the last field */
         }
     }
-    for (int64_t i = 0; i < k; i++) x[i] = unit(&st);
-    kiln_dequantize(type, wraw, wf, k);
+    for (int64_t r = 0; r < nr; r++) kiln_dequantize(type, wraw + (size_t)r * rb, wf + r * MAXK, k);
+    return rb;
 }
 
-static void every_level_dot_row_matches_the_dequantized_reference_dot(void) {
-    static const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
-    static const int64_t ks[] = {256, 768, 2816};
-    int checked = 0;
-    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
-        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
-        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
-        for (int t = 0; t < 2; t++) {
-            if (!isa->dot_row[types[t]]) continue;
-            for (int i = 0; i < 3; i++) {
-                double want = 0, mag = 0;
-                make_row(types[t], ks[i], 100 * (uint64_t)l + 10 * (uint64_t)t + (uint64_t)i);
-                for (int64_t e = 0; e < ks[i]; e++) {
-                    want += (double)wf[e] * x[e];
-                    mag += fabs((double)wf[e] * x[e]);
-                }
-                float got = isa->dot_row[types[t]](wraw, x, ks[i]);
-                CHECK_NEAR(got, want, 2e-7 * (double)(ks[i] / 32 + 8) * mag);
-                checked++;
+/* nc random activation columns quantized to q8 rows (stride returned); xd holds what they mean. */
+static size_t make_columns(int64_t k, int64_t nc, uint64_t seed) {
+    uint64_t st = seed;
+    size_t xs = kiln__q8_row_bytes(k);
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int64_t c = 0; c < nc; c++) {
+        for (int64_t i = 0; i < k; i++) xf[c * MAXK + i] = unit(&st) * (1.0f + (float)(i % 7));
+        ref->quantize_q8(xf + c * MAXK, xq + (size_t)c * xs, k);
+        const unsigned char *row = xq + (size_t)c * xs;
+        for (int64_t i = 0; i < k; i++)
+            xd[c * MAXK + i] = kiln__q8_row_d(row, k)[i / KILN_Q8_BLOCK] * (float)((const int8_t *)row)[i];
+    }
+    return xs;
+}
+
+static double abs_dot(int64_t r, int64_t c, int64_t k) {
+    double s = 0;
+    for (int64_t i = 0; i < k; i++) s += fabs((double)wf[r * MAXK + i] * xd[c * MAXK + i]);
+    return s;
+}
+
+/* got against want for nr x nc outputs (stride MAXR); false and a report on the first miss. */
+static bool agree(const char *what, const kiln_cpu_isa *isa, kiln_type type, int64_t k, int64_t nr, int64_t nc) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++) {
+            double tol = 1e-6 * (double)(k / 32) * abs_dot(r, c, k);
+            double err = fabs((double)got[c * MAXR + r] - want[c * MAXR + r]);
+            if (!(err <= tol)) {
+                harness_fail(__FILE__, __LINE__, "%s %s %s k=%lld nr=%lld nc=%lld (%lld,%lld): %.9g vs ref %.9g",
+                             kiln__cpu_level_name(isa->level), what, kiln__type_name(type), (long long)k,
+                             (long long)nr, (long long)nc, (long long)r, (long long)c, got[c * MAXR + r],
+                             want[c * MAXR + r]);
+                return false;
             }
         }
+    return true;
+}
+
+/* The reference's block-wise integer dots equal the double-precision dot of the dequantized weights with
+ * the dequantized activations, within float rounding of the block terms. */
+static void the_reference_tile_equals_the_float_dot_of_dequantized_weights_and_activations(void) {
+    static const int64_t ks[] = {256, 768, 2560};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++) {
+            int64_t k = ks[i], nr = 5, nc = 3;
+            size_t ws = make_rows(types[t], k, nr, 11 + 7 * i + (uint64_t)t);
+            size_t xs = make_columns(k, nc, 5 + i);
+            ref->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, got, MAXR);
+            for (int64_t c = 0; c < nc; c++)
+                for (int64_t r = 0; r < nr; r++) {
+                    double exact = 0;
+                    for (int64_t e = 0; e < k; e++) exact += (double)wf[r * MAXK + e] * xd[c * MAXK + e];
+                    CHECK_NEAR(got[c * MAXR + r], exact, 1e-6 * (double)(k / 32) * abs_dot(r, c, k));
+                }
+        }
+}
+
+static void every_level_plain_tiles_match_the_reference_tile(void) {
+    static const int64_t ks[] = {256, 512, 2560}, nrs[] = {1, 5, 16, 37}, ncs[] = {1, 3, 7, 17};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    int checked = 0;
+    for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int t = 0; t < 2; t++)
+            for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
+                for (size_t ir = 0; ir < KILN__ARRAY_LEN(nrs); ir++)
+                    for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
+                        int64_t k = ks[i], nr = nrs[ir], nc = ncs[ic];
+                        size_t ws = make_rows(types[t], k, nr, 100 * (uint64_t)l + 10 * i + ir);
+                        size_t xs = make_columns(k, nc, 3 + ic);
+                        isa->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, got, MAXR);
+                        ref->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, want, MAXR);
+                        if (!agree("plain", isa, types[t], k, nr, nc)) return;
+                        checked++;
+                    }
     }
     printf("  (%d cases; the machine's best level is %s)\n", checked, kiln__cpu_level_name(kiln__cpu_max_level()));
-    if (kiln__cpu_level_supported(KILN_CPU_AVX512)) CHECK(checked >= 6);
 }
 
 int main(void) {
-    RUN(every_level_dot_row_matches_the_dequantized_reference_dot);
+    RUN(the_reference_tile_equals_the_float_dot_of_dequantized_weights_and_activations);
+    RUN(every_level_plain_tiles_match_the_reference_tile);
     return harness_finish();
 }

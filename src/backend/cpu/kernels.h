@@ -122,9 +122,6 @@ typedef struct kiln_cpu_isa {
     float (*dot_f32)(const float *x, const float *y, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a x */
     void (*scale_f32)(float *y, float a, int64_t n);                  /* y *= a */
-    /* Fused dequantize-and-dot of one weight row (k elements) with one float column, used for a single
-     * activation column. NULL: dequantize the row with the reference dequantizer and use the F32 tile. */
-    float (*dot_row[KILN_TYPE_COUNT])(const void *w, const float *x, int64_t k);
     /* Elementwise rows of contiguous floats (kernels_vec_ref.c); out may be an input array. */
     void (*exp_f32)(const float *x, float *y, int64_t n); /* y = e^x, within 2.5e-7 relative of expf */
     void (*add_f32)(float *out, const float *x, const float *y, int64_t n);
@@ -150,7 +147,9 @@ size_t kiln__repack_half_group_bytes(int64_t k);
 void kiln__repack_half(const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 
 /* Whether matmul with this weight type takes q8 activation rows. */
-static inline bool kiln__mm_wants_q8(kiln_type t) { return t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0; }
+static inline bool kiln__mm_wants_q8(kiln_type t) {
+    return t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0 || t == KILN_TYPE_Q4_K || t == KILN_TYPE_Q6_K;
+}
 
 /* The table of the active level (kiln__cpu_level()), and of a given level (NULL when that level is not
  * compiled in or the CPU lacks it). */
@@ -164,7 +163,7 @@ void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
-void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t);

@@ -10,9 +10,8 @@
  * inside). Each thread takes a range of weight rows (in units of 16); every output is
  * computed by the same instruction sequence whatever the split, so thread counts agree bit for bit.
  * Weights the backend repacked (a->packed, see repack.c) go to the level's packed tiles; the rows are
- * then split in groups of 16, which the row split already respects. Types without a tile kernel fall back to dequantizing a row at a time (the reference path).
- * For a single column, a level's fused dequantize-and-dot row kernel (dot_row, the K-quants at avx512)
- * replaces that fallback.
+ * then split in groups of 16, which the row split already respects. Types without a tile kernel fall back
+ * to dequantizing a row at a time (the reference path).
  *
  * The fused linear op (src0 W, src1 X, optional src2 bias; f[0] alpha; i[0] activation) runs through the
  * same driver with its epilogue applied to each block of outputs, in the reference's order (scale, bias,
@@ -52,14 +51,8 @@ static void fallback(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
     int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3], K = x->ne[0];
     size_t os = a->dst->nb[1] / sizeof(float);
     bool vec = x->nb[0] == sizeof(float);
-    float (*dot)(const void *, const float *, int64_t) = vec && x->ne[1] == 1 ? isa->dot_row[w->type] : NULL;
     for (int64_t n = n0; n < n1; n++) {
         float *out = (float *)kiln__cpu_row(a->dst, 0, i2, i3) + n;
-        if (dot) { /* one column: the level's fused dequantize-and-dot */
-            *out = dot(kiln__cpu_row(w, n, i2 / r2, i3 / r3), (const float *)kiln__cpu_row(x, 0, i2, i3), K);
-            if (a->dst->op == KILN_OP_LINEAR) epilogue(a->dst, out, os, 1, 1, n);
-            continue;
-        }
         kiln__dequantize_row(w->type, kiln__cpu_row(w, n, i2 / r2, i3 / r3), a->scratch, K);
         if (vec) { /* the F32 tile on the dequantized row */
             isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1], out, os);

@@ -3,7 +3,8 @@
  * quantizer. These define the arithmetic the SIMD variants are tested against:
  *   F32, F16, BF16   sum over k of w[k] * x[k], in float, left to right (weights converted exactly);
  *   Q8_0, Q4_0       per 32-block an exact integer dot of the weight quants with the q8 activation
- *                    quants, scaled by d_w * d_x and summed in float block by block.
+ *                    quants, scaled by d_w * d_x and summed in float block by block;
+ *   Q4_K, Q6_K       likewise per 32-block, with the sub-block scales (kernels_mm_kquants_ref.c).
  * Also the float vector helpers of the attention kernel: dot, y += a x, y *= a.
  */
 #include "backend/cpu/kernels.h"
@@ -137,6 +138,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->mm[KILN_TYPE_BF16] = mm_bf16;
     t->mm[KILN_TYPE_Q8_0] = mm_q8_0;
     t->mm[KILN_TYPE_Q4_0] = mm_q4_0;
+    kiln__cpu_isa_init_kquants_ref(t); /* Q4_K, Q6_K (kernels_mm_kquants_ref.c) */
     t->quantize_q8 = kiln__q8_quantize_ref;
     t->f16_to_f32 = f16_to_f32;
     t->bf16_to_f32 = bf16_to_f32;
