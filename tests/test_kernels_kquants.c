@@ -1,7 +1,7 @@
 /*
  * test_kernels_kquants.c - the Q4_K and Q6_K matmul tiles over q8 activation rows (kernels.h): the scalar
  * reference tile (kernels_mm_kquants_ref.c) against an independent float computation, and every level's
- * tiles against the reference tile, on random valid
+ * plain and packed tiles (repack.c, x86/avx512_kquants.c) against the reference tile, on random valid
  * K-quant blocks (random quants, scales and mins, sane half-float super-block scales) and odd sizes:
  * row counts that leave a partial group of 16, column counts around the kernels' register tiles.
  *
@@ -22,7 +22,7 @@
 #define MAXC 17
 
 static float wf[MAXR * MAXK], xf[MAXC * MAXK], xd[MAXC * MAXK];
-static unsigned char wraw[MAXR * MAXK];
+static unsigned char wraw[MAXR * MAXK], packed[3 * (MAXK / KILN_QK_K) * 4096];
 static unsigned char xq[MAXC * (MAXK + MAXK / 4)];
 static float got[MAXC * MAXR], want[MAXC * MAXR];
 
@@ -136,8 +136,43 @@ static void every_level_plain_tiles_match_the_reference_tile(void) {
     printf("  (%d cases; the machine's best level is %s)\n", checked, kiln__cpu_level_name(kiln__cpu_max_level()));
 }
 
+/* Repacked weights through each level's packed tiles, including a partial last group of 16 rows (the
+ * padding rows must not be written), equal the reference tile on the original rows. */
+static void every_level_packed_tiles_match_the_reference_tile_on_repacked_weights(void) {
+    static const int64_t ks[] = {256, 768, 2560}, nrs[] = {16, 21, 37}, ncs[] = {1, 3, 7, 17};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    int checked = 0;
+    for (int l = KILN_CPU_REF; l <= (int)kiln__cpu_max_level(); l++) {
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int t = 0; t < 2; t++) {
+            if (!isa->mm_packed[types[t]]) continue;
+            CHECK(kiln__repack_pads(types[t]));
+            for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
+                for (size_t ir = 0; ir < KILN__ARRAY_LEN(nrs); ir++)
+                    for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
+                        int64_t k = ks[i], nr = nrs[ir], nc = ncs[ic];
+                        size_t ws = make_rows(types[t], k, nr, 1000 * (uint64_t)l + 10 * i + ir);
+                        size_t xs = make_columns(k, nc, 7 + ic), gs = kiln__repack_group_bytes(types[t], k);
+                        CHECK(gs * (size_t)((nr + 15) / 16) <= sizeof packed);
+                        CHECK(kiln__repack_supported(types[t], k, nr));
+                        kiln__repack(types[t], wraw, ws, k, nr, packed);
+                        for (int64_t j = 0; j < MAXC * MAXR; j++) got[j] = -12345.0f;
+                        isa->mm_packed[types[t]](k, packed, gs, nr, xq, xs, nc, got, MAXR);
+                        ref->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, want, MAXR);
+                        if (!agree("packed", isa, types[t], k, nr, nc)) return;
+                        for (int64_t c = 0; c < nc; c++) /* rows past nr untouched */
+                            for (int64_t r = nr; r < MAXR; r++) CHECK(got[c * MAXR + r] == -12345.0f);
+                        checked++;
+                    }
+        }
+    }
+    printf("  (%d packed cases)\n", checked);
+    if (kiln__cpu_max_level() >= KILN_CPU_AVX512) CHECK(checked >= 2 * 36);
+}
+
 int main(void) {
     RUN(the_reference_tile_equals_the_float_dot_of_dequantized_weights_and_activations);
     RUN(every_level_plain_tiles_match_the_reference_tile);
+    RUN(every_level_packed_tiles_match_the_reference_tile_on_repacked_weights);
     return harness_finish();
 }

@@ -113,8 +113,9 @@ typedef struct kiln_cpu_isa {
     kiln_cpu_level level;
     kiln_mm_fn mm[KILN_TYPE_COUNT]; /* NULL: the weight type has no kernel */
     /* Tiles over repacked weights (repack.c): w is the first row group, ws the group stride
-     * (kiln__repack_group_bytes); nr is a multiple of 16 except for F16/BF16, whose tiles store only the
-     * nr outputs asked for. NULL: this level does not use repacked weights. */
+     * (kiln__repack_group_bytes); nr is a multiple of 16 except for types whose repacking pads a partial
+     * last group (kiln__repack_pads), whose tiles store only the nr outputs asked for. NULL: this level
+     * does not use repacked weights. */
     kiln_mm_fn mm_packed[KILN_TYPE_COUNT];
     void (*quantize_q8)(const float *x, void *row, int64_t k);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
@@ -137,8 +138,12 @@ typedef struct kiln_cpu_isa {
 
 /* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
  * rows, and the rewrite itself (row_bytes is the source row stride). The copy holds (n + 15) / 16 groups;
- * only F16 and BF16 accept n that is not a multiple of 16 (their last group is zero-padded). */
+ * only the types kiln__repack_pads names (F16, BF16, Q4_K, Q6_K) accept n that is not a multiple of 16
+ * (their last group is zero-padded). */
 bool kiln__repack_supported(kiln_type type, int64_t k, int64_t n);
+bool kiln__repack_pads(kiln_type type); /* whether n need not be a multiple of 16 (zero rows pad) */
+size_t kiln__repack_kquants_group_bytes(kiln_type type, int64_t k); /* Q4_K, Q6_K (repack_kquants.c) */
+void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 size_t kiln__repack_group_bytes(kiln_type type, int64_t k);
 void kiln__repack(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 /* The F16/BF16 layout (repack_half.c): 16-row groups of element pairs. */
@@ -164,6 +169,7 @@ void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t);
