@@ -28,7 +28,7 @@
 
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX512
-#define CMAX 4
+#define CMAX 8
 #define AHEAD 2048
 #define Q4K_BYTES 2368 /* one super-block of a 16-row group (repack_kquants.c) */
 #define Q6K_BYTES 3392
@@ -144,6 +144,8 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
     for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(out + c * os, keep, acc[c]);
 }
 
+/* The register tile: up to CMAX columns per weight load, in instantiations for each count. */
+#define GROUP_CASE(n, type) case n: group(type, n, k, wg, xc, xs, o, os, nr - g * 16); break
 #define DEFINE_TILE(fn, type)                                                                          \
     KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
                                int64_t nc, float *out, size_t os) {                                    \
@@ -153,9 +155,8 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
                 const char *xc = (const char *)x + c0 * xs;                                            \
                 float *o = out + c0 * os + g * 16;                                                     \
                 switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                case 4: group(type, 4, k, wg, xc, xs, o, os, nr - g * 16); break;                      \
-                case 3: group(type, 3, k, wg, xc, xs, o, os, nr - g * 16); break;                      \
-                case 2: group(type, 2, k, wg, xc, xs, o, os, nr - g * 16); break;                      \
+                    GROUP_CASE(8, type); GROUP_CASE(7, type); GROUP_CASE(6, type); GROUP_CASE(5, type);                        \
+                    GROUP_CASE(4, type); GROUP_CASE(3, type); GROUP_CASE(2, type);                                       \
                 default: group(type, 1, k, wg, xc, xs, o, os, nr - g * 16); break;                     \
                 }                                                                                      \
             }                                                                                          \
