@@ -4,8 +4,8 @@
  * vpdpbusd (unsigned weights 0..15 or 0..63 as the u8 operand, the 4 matching signed activation bytes
  * broadcast as the s8 operand) advances 16 row dots at once. Per 32-element q8 block the integer dot is
  * exact; the float term per block follows the reference (kernels_mm_kquants_ref.c):
- *   Q4_K  dx * (dl * I - ml * s): dl = d * sc and ml = dmin * m are formed per row exactly as the
- *         reference forms them, the min term uses the q8 row's block sum s;
+ *   Q4_K  (dl * I) * dx - ml * (dx * s): dl = d * sc and ml = dmin * m are formed per row exactly as
+ *         the reference forms them, the min term uses the q8 row's block sum s;
  *   Q6_K  dx * (dl_a * I_a + dl_b * I_b) over the block's two 16-element sub-blocks. The weights are
  *         stored as q + 32, so I = sum (q + 32) x - 32 sum x; the half-block sums 32 sum x come from one
  *         vpdpbusd of 64 activation bytes with a vector of 32s and two shuffle-adds, per super-block
@@ -53,6 +53,14 @@ INLINE __m512 scales_s8(const unsigned char *p) {
 INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, const char *x, size_t xs, __m512 *acc) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512 d = halves(w + 256), dmin = halves(w + 288);
+    /* dx * s of the super-block's 8 q8 blocks per column, converted 8 at a time: a scalar conversion
+     * per block and column cost more than the block's dot. */
+    float xs8[CMAX][8] __attribute__((aligned(32)));
+    for (int c = 0; c < C; c++) {
+        const char *xr = x + c * xs;
+        __m256i s = _mm256_loadu_si256((const __m256i *)(const void *)(kiln__q8_row_s(xr, k) + sb * 8));
+        _mm256_store_ps(xs8[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(kiln__q8_row_d(xr, k) + sb * 8)));
+    }
     for (int g = 0; g < 8; g++) {
         const int64_t b = sb * 8 + g;
         const unsigned char *q = w + 320 + 256 * g;
@@ -69,10 +77,9 @@ INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
         }
         const __m512 dl = _mm512_mul_ps(d, scales_u8(w + 16 * g)), ml = _mm512_mul_ps(dmin, scales_u8(w + 128 + 16 * g));
         for (int c = 0; c < C; c++) {
-            const char *xr = x + c * xs;
-            __m512 mins = _mm512_mul_ps(ml, _mm512_set1_ps((float)kiln__q8_row_s(xr, k)[b]));
-            __m512 t = _mm512_fmsub_ps(dl, _mm512_cvtepi32_ps(isum[c]), mins);
-            acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(kiln__q8_row_d(xr, k)[b]), acc[c]);
+            __m512 t = _mm512_mul_ps(dl, _mm512_cvtepi32_ps(isum[c]));
+            acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(kiln__q8_row_d(x + c * xs, k)[b]), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(ml, _mm512_set1_ps(xs8[c][g]), acc[c]);
         }
     }
 }
