@@ -32,8 +32,20 @@ size_t kiln__repack_kquants_group_bytes(kiln_type type, int64_t k) {
     return per * (size_t)(k / KILN_QK_K);
 }
 
+/* Elements u[0..255] of a block interleaved into one group's quant vectors (see above): vector j of the
+ * 32 elements from e0 holds, for row r, bytes u[e0 + 4j + i] | u[e0 + 16 + 4j + i] << 4 (low nibbles). */
+static void put_nibbles(const uint8_t *u, int r, unsigned char *out, int block_stride) {
+    for (int b = 0; b < 8; b++)
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *e = u + 32 * b + 4 * j + i;
+                out[block_stride * b + 64 * j + 4 * r + i] = (unsigned char)((e[0] & 0xf) | (e[16] & 0xf) << 4);
+            }
+}
+
 /* Row r of one group's super-block from a Q4_K block. */
 static void put_q4_k(const kiln_block_q4_k *blk, int r, unsigned char *out) {
+    uint8_t u[KILN_QK_K];
     for (int g = 0; g < 8; g++) {
         uint8_t sc, m;
         kiln__kquant_scale_min(g, blk->scales, &sc, &m);
@@ -42,50 +54,51 @@ static void put_q4_k(const kiln_block_q4_k *blk, int r, unsigned char *out) {
     }
     memcpy(out + 256 + 2 * r, &blk->d, 2);
     memcpy(out + 288 + 2 * r, &blk->dmin, 2);
-    for (int g = 0; g < 8; g++) {
-        const uint8_t *q = blk->qs + 32 * (g / 2); /* source: sub-block 2c low nibbles, 2c + 1 high */
-        int shift = 4 * (g % 2);
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < 4; i++) {
-                int lo = (q[4 * j + i] >> shift) & 0xf, hi = (q[16 + 4 * j + i] >> shift) & 0xf;
-                out[320 + 256 * g + 64 * j + 4 * r + i] = (unsigned char)(lo | hi << 4);
-            }
-    }
-}
-
-/* Element e (0..255) of a Q6_K block, unsigned (0..63); layout as in src/tensor/dequant_kquants.c. */
-static int q6_unsigned(const kiln_block_q6_k *blk, int e) {
-    int h = e / 128, k = (e % 128) / 32, l = e % 32;
-    int lo = (blk->ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
-    int hi = (blk->qh[32 * h + l] >> (2 * k)) & 3;
-    return lo | hi << 4;
+    for (int c = 0; c < 4; c++) /* per 64 elements: element l in the low nibble, l + 32 in the high one */
+        for (int l = 0; l < 32; l++) {
+            u[64 * c + l] = blk->qs[32 * c + l] & 0xf;
+            u[64 * c + 32 + l] = blk->qs[32 * c + l] >> 4;
+        }
+    put_nibbles(u, r, out + 320, 256);
 }
 
 static void put_q6_k(const kiln_block_q6_k *blk, int r, unsigned char *out) {
+    uint8_t u[KILN_QK_K]; /* unsigned quants 0..63, layout as in src/tensor/dequant_kquants.c */
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                int lo = (blk->ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
+                int hi = (blk->qh[32 * h + l] >> (2 * k)) & 3;
+                u[128 * h + 32 * k + l] = (uint8_t)(lo | hi << 4);
+            }
     for (int j = 0; j < 16; j++) out[16 * j + r] = (unsigned char)blk->scales[j];
     memcpy(out + 256 + 2 * r, &blk->d, 2);
-    for (int b = 0; b < 8; b++) {
-        unsigned char *o = out + 320 + 384 * b;
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < 4; i++) {
-                int u0 = q6_unsigned(blk, 32 * b + 4 * j + i), u1 = q6_unsigned(blk, 32 * b + 16 + 4 * j + i);
-                o[64 * j + 4 * r + i] = (unsigned char)((u0 & 0xf) | (u1 & 0xf) << 4);
-                o[256 + 4 * r + i] |= (unsigned char)((u0 >> 4) << (2 * j));
-                o[320 + 4 * r + i] |= (unsigned char)((u1 >> 4) << (2 * j));
+    put_nibbles(u, r, out + 320, 384);
+    for (int b = 0; b < 8; b++)
+        for (int i = 0; i < 4; i++) {
+            unsigned char h0 = 0, h1 = 0;
+            for (int j = 0; j < 4; j++) {
+                h0 |= (unsigned char)((u[32 * b + 4 * j + i] >> 4) << (2 * j));
+                h1 |= (unsigned char)((u[32 * b + 16 + 4 * j + i] >> 4) << (2 * j));
             }
-    }
+            out[320 + 384 * b + 256 + 4 * r + i] = h0;
+            out[320 + 384 * b + 320 + 4 * r + i] = h1;
+        }
 }
 
 void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst) {
     size_t per = type == KILN_TYPE_Q4_K ? Q4K_BYTES : Q6K_BYTES, bb = kiln__type_traits(type)->block_bytes;
     int64_t nsb = k / KILN_QK_K;
     unsigned char *out = dst;
-    memset(dst, 0, kiln__repack_kquants_group_bytes(type, k) * (size_t)((n + 15) / 16));
+    if (n % 16) /* the padding rows of a partial last group: zero scales */
+        memset(out + (size_t)(n / 16) * per * (size_t)nsb, 0, per * (size_t)nsb);
     for (int64_t g = 0; g < (n + 15) / 16; g++)
-        for (int64_t i = 0; i < nsb; i++, out += per)
+        for (int64_t i = 0; i < nsb; i++, out += per) {
+            if (type == KILN_TYPE_Q6_K) memset(out + 288, 0, 32);
             for (int r = 0; r < 16 && g * 16 + r < n; r++) {
                 const unsigned char *blk = (const unsigned char *)src + (size_t)(g * 16 + r) * row_bytes + (size_t)i * bb;
                 if (type == KILN_TYPE_Q4_K) put_q4_k((const kiln_block_q4_k *)blk, r, out);
                 else put_q6_k((const kiln_block_q6_k *)blk, r, out);
             }
+        }
 }
