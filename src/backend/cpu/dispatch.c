@@ -21,6 +21,7 @@ static void build(void) {
         if (l == KILN_CPU_AVX2) {
             kiln__cpu_isa_init_avx2(&tables[l]);
             kiln__cpu_isa_init_avx2_vec(&tables[l]);
+            kiln__cpu_isa_init_avx2_kquants(&tables[l]);
         }
         if (l == KILN_CPU_AVX512) {
             kiln__cpu_isa_init_avx512(&tables[l]);

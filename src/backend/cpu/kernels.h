@@ -165,6 +165,7 @@ const kiln_cpu_isa *kiln__cpu_isa_for(kiln_cpu_level level);
 void kiln__cpu_isa_init_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
