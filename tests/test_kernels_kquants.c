@@ -77,13 +77,15 @@ static double abs_dot(int64_t r, int64_t c, int64_t k) {
 }
 
 /* got against want for nr x nc outputs (stride MAXR); false and a report on the first miss. */
-static bool agree(const char *what, const kiln_cpu_isa *isa, kiln_type type, int64_t k, int64_t nr, int64_t nc) {
+static bool agree(const char *what, const kiln_cpu_isa *isa, kiln_type type, int64_t k, int64_t nr,
+                  int64_t nc) {
     for (int64_t c = 0; c < nc; c++)
         for (int64_t r = 0; r < nr; r++) {
             double tol = 1e-6 * (double)(k / 32) * abs_dot(r, c, k);
             double err = fabs((double)got[c * MAXR + r] - want[c * MAXR + r]);
             if (!(err <= tol)) {
-                harness_fail(__FILE__, __LINE__, "%s %s %s k=%lld nr=%lld nc=%lld (%lld,%lld): %.9g vs ref %.9g",
+                harness_fail(__FILE__, __LINE__,
+                             "%s %s %s k=%lld nr=%lld nc=%lld (%lld,%lld): %.9g vs ref %.9g",
                              kiln__cpu_level_name(isa->level), what, kiln__type_name(type), (long long)k,
                              (long long)nr, (long long)nc, (long long)r, (long long)c, got[c * MAXR + r],
                              want[c * MAXR + r]);
@@ -133,7 +135,8 @@ static void every_level_plain_tiles_match_the_reference_tile(void) {
                         checked++;
                     }
     }
-    printf("  (%d cases; the machine's best level is %s)\n", checked, kiln__cpu_level_name(kiln__cpu_max_level()));
+    printf("  (%d cases; the machine's best level is %s)\n", checked,
+           kiln__cpu_level_name(kiln__cpu_max_level()));
 }
 
 /* Repacked weights through each level's packed tiles, including a partial last group of 16 rows (the

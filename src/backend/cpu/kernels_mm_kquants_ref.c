@@ -61,7 +61,8 @@ static float dot_q6_k(int64_t k, const kiln_block_q6_k *wb, const void *xrow) {
         for (int g = 0; g < 8; g++) {
             int64_t b = i * 8 + g;
             int32_t isum[2] = {0, 0};
-            for (int e = 0; e < 32; e++) isum[e / 16] += q6_value(&wb[i], 32 * g + e) * qx[b * KILN_Q8_BLOCK + e];
+            for (int e = 0; e < 32; e++)
+                isum[e / 16] += q6_value(&wb[i], 32 * g + e) * qx[b * KILN_Q8_BLOCK + e];
             float dl0 = d * (float)wb[i].scales[2 * g], dl1 = d * (float)wb[i].scales[2 * g + 1];
             sum += dx[b] * (dl0 * (float)isum[0] + dl1 * (float)isum[1]);
         }

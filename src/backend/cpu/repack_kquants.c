@@ -39,7 +39,8 @@ static void put_nibbles(const uint8_t *u, int r, unsigned char *out, int block_s
         for (int j = 0; j < 4; j++)
             for (int i = 0; i < 4; i++) {
                 const uint8_t *e = u + 32 * b + 4 * j + i;
-                out[block_stride * b + 64 * j + 4 * r + i] = (unsigned char)((e[0] & 0xf) | (e[16] & 0xf) << 4);
+                out[block_stride * b + 64 * j + 4 * r + i] =
+                    (unsigned char)((e[0] & 0xf) | (e[16] & 0xf) << 4);
             }
 }
 
@@ -86,7 +87,8 @@ static void put_q6_k(const kiln_block_q6_k *blk, int r, unsigned char *out) {
         }
 }
 
-void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst) {
+void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n,
+                          void *dst) {
     size_t per = type == KILN_TYPE_Q4_K ? Q4K_BYTES : Q6K_BYTES, bb = kiln__type_traits(type)->block_bytes;
     int64_t nsb = k / KILN_QK_K;
     unsigned char *out = dst;
@@ -96,7 +98,8 @@ void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int
         for (int64_t i = 0; i < nsb; i++, out += per) {
             if (type == KILN_TYPE_Q6_K) memset(out + 288, 0, 32);
             for (int r = 0; r < 16 && g * 16 + r < n; r++) {
-                const unsigned char *blk = (const unsigned char *)src + (size_t)(g * 16 + r) * row_bytes + (size_t)i * bb;
+                const unsigned char *blk =
+                    (const unsigned char *)src + (size_t)(g * 16 + r) * row_bytes + (size_t)i * bb;
                 if (type == KILN_TYPE_Q4_K) put_q4_k((const kiln_block_q4_k *)blk, r, out);
                 else put_q6_k((const kiln_block_q6_k *)blk, r, out);
             }

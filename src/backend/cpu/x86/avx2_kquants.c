@@ -84,7 +84,8 @@ INLINE void q6_k_super(int C, const kiln_block_q6_k *blk, int64_t sb, int64_t k,
             __m256i xv = load32(xr + (sb * 8 + g) * KILN_Q8_BLOCK);
             __m256i wx = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], xv), sc[g]);
             __m256i bx = _mm256_madd_epi16(_mm256_maddubs_epi16(k32, xv), sc[g]);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(wx, bx)), _mm256_set1_ps(d * dx[g]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(wx, bx)), _mm256_set1_ps(d * dx[g]),
+                                     acc[c]);
         }
     }
 }

@@ -39,7 +39,9 @@ INLINE __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-INLINE __m512 halves(const unsigned char *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+INLINE __m512 halves(const unsigned char *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
 
 /* 16 scale bytes (one per row) as floats, unsigned (Q4_K) or signed (Q6_K). */
 INLINE __m512 scales_u8(const unsigned char *p) {
@@ -50,7 +52,8 @@ INLINE __m512 scales_s8(const unsigned char *p) {
 }
 
 /* Super-block sb of one group (w at its first byte) times C columns, accumulated into acc. */
-INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, const char *x, size_t xs, __m512 *acc) {
+INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, const char *x, size_t xs,
+                       __m512 *acc) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512 d = halves(w + 256), dmin = halves(w + 288);
     /* dx * s of the super-block's 8 q8 blocks per column, converted 8 at a time: a scalar conversion
@@ -59,7 +62,8 @@ INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
     for (int c = 0; c < C; c++) {
         const char *xr = x + c * xs;
         __m256i s = _mm256_loadu_si256((const __m256i *)(const void *)(kiln__q8_row_s(xr, k) + sb * 8));
-        _mm256_store_ps(xs8[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(kiln__q8_row_d(xr, k) + sb * 8)));
+        _mm256_store_ps(
+            xs8[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(kiln__q8_row_d(xr, k) + sb * 8)));
     }
     for (int g = 0; g < 8; g++) {
         const int64_t b = sb * 8 + g;
@@ -75,7 +79,8 @@ INLINE void q4_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
                 isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4(xb + 16 + 4 * j));
             }
         }
-        const __m512 dl = _mm512_mul_ps(d, scales_u8(w + 16 * g)), ml = _mm512_mul_ps(dmin, scales_u8(w + 128 + 16 * g));
+        const __m512 dl = _mm512_mul_ps(d, scales_u8(w + 16 * g)),
+                     ml = _mm512_mul_ps(dmin, scales_u8(w + 128 + 16 * g));
         for (int c = 0; c < C; c++) {
             __m512 t = _mm512_mul_ps(dl, _mm512_cvtepi32_ps(isum[c]));
             acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(kiln__q8_row_d(x + c * xs, k)[b]), acc[c]);
@@ -94,7 +99,8 @@ INLINE __m512i top_bits(__m512i qh, int j) {
     return _mm512_and_si512(_mm512_srli_epi16(qh, 2), m);
 }
 
-INLINE void q6_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, const char *x, size_t xs, __m512 *acc) {
+INLINE void q6_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, const char *x, size_t xs,
+                       __m512 *acc) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), k32 = _mm512_set1_epi8(32);
     const __m512 d = halves(w + 256);
     /* 32 * (sum of the 16 activation quants of sub-block j) at half[c][4 j]. */
@@ -110,7 +116,8 @@ INLINE void q6_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
     for (int g = 0; g < 8; g++) {
         const int64_t b = sb * 8 + g;
         const unsigned char *q = w + 320 + 384 * g;
-        const __m512i qh0 = _mm512_loadu_si512((const void *)(q + 256)), qh1 = _mm512_loadu_si512((const void *)(q + 320));
+        const __m512i qh0 = _mm512_loadu_si512((const void *)(q + 256)),
+                      qh1 = _mm512_loadu_si512((const void *)(q + 320));
         __m512i ia[CMAX], ib[CMAX];
         for (int c = 0; c < C; c++) ia[c] = ib[c] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
@@ -123,11 +130,13 @@ INLINE void q6_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
                 ib[c] = _mm512_dpbusd_epi32(ib[c], u1, bcast4(xb + 16 + 4 * j));
             }
         }
-        const __m512 dla = _mm512_mul_ps(d, scales_s8(w + 32 * g)), dlb = _mm512_mul_ps(d, scales_s8(w + 32 * g + 16));
+        const __m512 dla = _mm512_mul_ps(d, scales_s8(w + 32 * g)),
+                     dlb = _mm512_mul_ps(d, scales_s8(w + 32 * g + 16));
         for (int c = 0; c < C; c++) {
             __m512i a = _mm512_sub_epi32(ia[c], _mm512_set1_epi32(half[c][8 * g]));
             __m512i bb = _mm512_sub_epi32(ib[c], _mm512_set1_epi32(half[c][8 * g + 4]));
-            __m512 t = _mm512_fmadd_ps(dlb, _mm512_cvtepi32_ps(bb), _mm512_mul_ps(dla, _mm512_cvtepi32_ps(a)));
+            __m512 t =
+                _mm512_fmadd_ps(dlb, _mm512_cvtepi32_ps(bb), _mm512_mul_ps(dla, _mm512_cvtepi32_ps(a)));
             acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(kiln__q8_row_d(x + c * xs, k)[b]), acc[c]);
         }
     }
@@ -162,8 +171,9 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
                 const char *xc = (const char *)x + c0 * xs;                                            \
                 float *o = out + c0 * os + g * 16;                                                     \
                 switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                    GROUP_CASE(8, type); GROUP_CASE(7, type); GROUP_CASE(6, type); GROUP_CASE(5, type);                        \
-                    GROUP_CASE(4, type); GROUP_CASE(3, type); GROUP_CASE(2, type);                                       \
+                    GROUP_CASE(8, type); GROUP_CASE(7, type); GROUP_CASE(6, type);                     \
+                    GROUP_CASE(5, type); GROUP_CASE(4, type); GROUP_CASE(3, type);                     \
+                    GROUP_CASE(2, type);                                                               \
                 default: group(type, 1, k, wg, xc, xs, o, os, nr - g * 16); break;                     \
                 }                                                                                      \
             }                                                                                          \
