@@ -163,13 +163,13 @@ const kiln_cpu_isa *kiln__cpu_isa_for(kiln_cpu_level level);
 
 /* Level tables; each starts from the one below it and replaces what it accelerates. */
 void kiln__cpu_isa_init_ref(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t); /* part of ref: the Q4_K/Q6_K tiles */
 void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
-void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);
