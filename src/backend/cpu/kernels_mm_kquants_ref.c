@@ -21,69 +21,88 @@
 
 #include "tensor/types.h"
 
-static float dot_q4_k(int64_t k, const kiln_block_q4_k *wb, const void *xrow) {
-    const int8_t *qx = xrow;
+/* One super-block of a weight row, decoded once for all columns: quants as small integers, and the float
+ * sub-block factors formed as the dequantizer forms them. */
+typedef struct superblock {
+    int8_t q[KILN_QK_K]; /* Q4_K: 0..15; Q6_K: q - 32 */
+    float dl[16];        /* d * sc per sub-block: 8 of 32 elements (Q4_K) or 16 of 16 (Q6_K) */
+    float ml[8];         /* Q4_K: dmin * m per sub-block */
+} superblock;
+
+static void decode_q4_k(const kiln_block_q4_k *blk, superblock *sb) {
+    float d = kiln_fp16_to_fp32(blk->d), dmin = kiln_fp16_to_fp32(blk->dmin);
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = blk->qs + 32 * (g / 2); /* sub-block 2c: low nibbles, 2c + 1: high */
+        uint8_t sc, m;
+        for (int l = 0; l < 32; l++) sb->q[32 * g + l] = (int8_t)((q[l] >> (4 * (g % 2))) & 0xf);
+        kiln__kquant_scale_min(g, blk->scales, &sc, &m);
+        sb->dl[g] = d * (float)sc;
+        sb->ml[g] = dmin * (float)m;
+    }
+}
+
+/* Element 128h + 32k + l from the ql/qh layout the dequantizer documents. */
+static void decode_q6_k(const kiln_block_q6_k *blk, superblock *sb) {
+    float d = kiln_fp16_to_fp32(blk->d);
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                int lo = (blk->ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
+                int hi = (blk->qh[32 * h + l] >> (2 * k)) & 3;
+                sb->q[128 * h + 32 * k + l] = (int8_t)((lo | hi << 4) - 32);
+            }
+    for (int j = 0; j < 16; j++) sb->dl[j] = d * (float)blk->scales[j];
+}
+
+static int32_t idot(const int8_t *a, const int8_t *b, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* The terms of one super-block (q8 blocks b0..b0 + 7) with one q8 activation row, added to *sum block
+ * by block. */
+static void add_terms(kiln_type type, const superblock *sb, int64_t k, int64_t b0, const void *xrow,
+                      float *sum) {
     const float *dx = kiln__q8_row_d(xrow, k);
     const int32_t *s = kiln__q8_row_s(xrow, k);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / KILN_QK_K; i++) {
-        float d = kiln_fp16_to_fp32(wb[i].d), dmin = kiln_fp16_to_fp32(wb[i].dmin);
-        for (int g = 0; g < 8; g++) {
-            int64_t b = i * 8 + g;
-            const uint8_t *q = wb[i].qs + 32 * (g / 2); /* sub-block 2c: low nibbles, 2c + 1: high */
-            const int8_t *xb = qx + b * KILN_Q8_BLOCK;
-            int shift = 4 * (g % 2);
-            int32_t isum = 0;
-            uint8_t sc, m;
-            for (int l = 0; l < 32; l++) isum += ((q[l] >> shift) & 0xf) * xb[l];
-            kiln__kquant_scale_min(g, wb[i].scales, &sc, &m);
-            float dl = d * (float)sc, ml = dmin * (float)m;
-            sum += dx[b] * (dl * (float)isum - ml * (float)s[b]);
+    for (int g = 0; g < 8; g++) {
+        int64_t b = b0 + g;
+        const int8_t *xb = (const int8_t *)xrow + b * KILN_Q8_BLOCK, *q = sb->q + 32 * g;
+        if (type == KILN_TYPE_Q4_K) {
+            int32_t isum = idot(q, xb, 32);
+            *sum += dx[b] * (sb->dl[g] * (float)isum - sb->ml[g] * (float)s[b]);
+        } else {
+            int32_t i0 = idot(q, xb, 16), i1 = idot(q + 16, xb + 16, 16);
+            *sum += dx[b] * (sb->dl[2 * g] * (float)i0 + sb->dl[2 * g + 1] * (float)i1);
         }
     }
-    return sum;
 }
 
-/* Q6_K element e of a super-block (0..255), q - 32, from the ql/qh layout the dequantizer documents. */
-static int q6_value(const kiln_block_q6_k *blk, int e) {
-    int h = e / 128, k = (e % 128) / 32, l = e % 32;
-    int lo = (blk->ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
-    int hi = (blk->qh[32 * h + l] >> (2 * k)) & 3;
-    return (lo | hi << 4) - 32;
-}
-
-static float dot_q6_k(int64_t k, const kiln_block_q6_k *wb, const void *xrow) {
-    const int8_t *qx = xrow;
-    const float *dx = kiln__q8_row_d(xrow, k);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / KILN_QK_K; i++) {
-        float d = kiln_fp16_to_fp32(wb[i].d);
-        for (int g = 0; g < 8; g++) {
-            int64_t b = i * 8 + g;
-            int32_t isum[2] = {0, 0};
-            for (int e = 0; e < 32; e++)
-                isum[e / 16] += q6_value(&wb[i], 32 * g + e) * qx[b * KILN_Q8_BLOCK + e];
-            float dl0 = d * (float)wb[i].scales[2 * g], dl1 = d * (float)wb[i].scales[2 * g + 1];
-            sum += dx[b] * (dl0 * (float)isum[0] + dl1 * (float)isum[1]);
+static void mm_kquant(kiln_type type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x,
+                      size_t xs, int64_t nc, float *out, size_t os) {
+    size_t bb = type == KILN_TYPE_Q4_K ? sizeof(kiln_block_q4_k) : sizeof(kiln_block_q6_k);
+    superblock sb;
+    for (int64_t r = 0; r < nr; r++) {
+        for (int64_t c = 0; c < nc; c++) out[c * os + r] = 0.0f;
+        for (int64_t i = 0; i < k / KILN_QK_K; i++) {
+            const void *blk = (const char *)w + r * ws + (size_t)i * bb;
+            if (type == KILN_TYPE_Q4_K) decode_q4_k(blk, &sb);
+            else decode_q6_k(blk, &sb);
+            for (int64_t c = 0; c < nc; c++)
+                add_terms(type, &sb, k, i * 8, (const char *)x + c * xs, &out[c * os + r]);
         }
     }
-    return sum;
 }
 
 static void mm_q4_k(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
                     float *out, size_t os) {
-    for (int64_t c = 0; c < nc; c++)
-        for (int64_t r = 0; r < nr; r++)
-            out[c * os + r] = dot_q4_k(k, (const kiln_block_q4_k *)((const char *)w + r * ws),
-                                       (const char *)x + c * xs);
+    mm_kquant(KILN_TYPE_Q4_K, k, w, ws, nr, x, xs, nc, out, os);
 }
 
 static void mm_q6_k(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
                     float *out, size_t os) {
-    for (int64_t c = 0; c < nc; c++)
-        for (int64_t r = 0; r < nr; r++)
-            out[c * os + r] = dot_q6_k(k, (const kiln_block_q6_k *)((const char *)w + r * ws),
-                                       (const char *)x + c * xs);
+    mm_kquant(KILN_TYPE_Q6_K, k, w, ws, nr, x, xs, nc, out, os);
 }
 
 void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t) {
