@@ -100,6 +100,25 @@ static uint64_t fingerprint(const kiln_tensor *w) {
     return h;
 }
 
+/* One weight's repacking, shared by the pool's threads: thread ith rewrites its share of the 16-row
+ * groups (each group depends only on its own 16 source rows; a padded last group only on its rows), so
+ * the copy is the same bytes whatever the thread count, and the fresh pages fault in on every thread. */
+typedef struct repack_job {
+    const kiln_tensor *w;
+    void *dst;
+} repack_job;
+
+static void repack_share(void *arg, int ith, int nth) {
+    const repack_job *j = arg;
+    const kiln_tensor *w = j->w;
+    int64_t groups = (w->ne[1] + 15) / 16, g0, g1;
+    kiln__cpu_split(groups, ith, nth, &g0, &g1);
+    if (g0 >= g1) return;
+    int64_t rows = KILN__MIN(g1 * 16, w->ne[1]) - g0 * 16;
+    kiln__repack(w->type, (const char *)w->data + (size_t)g0 * 16 * w->nb[1], w->nb[1], w->ne[0], rows,
+                 (char *)j->dst + (size_t)g0 * kiln__repack_group_bytes(w->type, w->ne[0]));
+}
+
 /* The packed copy of a matmul or linear node's weight, made on first sight; NULL when the active level
  * has no packed kernel for it or the weight does not qualify (then the mapping is used as it is). */
 static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kiln_tensor *node, const void **out) {
@@ -139,7 +158,8 @@ static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kil
     pw->ne0 = w->ne[0];
     pw->ne1 = w->ne[1];
     pw->print = print;
-    kiln__repack(w->type, w->data, w->nb[1], w->ne[0], w->ne[1], (void *)pw->data);
+    repack_job job = {w, (void *)pw->data};
+    kiln__pool_run(c->pool, repack_share, &job);
     c->n_packs++;
     *out = pw->data;
     return KILN_OK;
