@@ -14,6 +14,7 @@
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__)
+#include "backend/cpu/x86/avx2_hsum.h"
 #include "tensor/types.h"
 
 #include <immintrin.h>
@@ -21,13 +22,6 @@
 #define KILN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX2
 #define CMAX 4
-
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -102,7 +96,7 @@ INLINE void row(int type, int C, int64_t k, const void *w, const char *x, size_t
         if (type == KILN_TYPE_Q4_K) q4_k_super(C, (const kiln_block_q4_k *)w + sb, sb, k, x, xs, acc, mins);
         else q6_k_super(C, (const kiln_block_q6_k *)w + sb, sb, k, x, xs, acc);
     }
-    for (int c = 0; c < C; c++) out[c * os] = hsum8(acc[c]) - mins[c];
+    for (int c = 0; c < C; c++) out[c * os] = kiln__hsum8(acc[c]) - mins[c];
 }
 
 #define DEFINE_TILE(fn, type)                                                                          \

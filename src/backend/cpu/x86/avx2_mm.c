@@ -10,6 +10,7 @@
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__)
+#include "backend/cpu/x86/avx2_hsum.h"
 #include "tensor/types.h"
 
 #include <immintrin.h>
@@ -20,13 +21,6 @@
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX2
 #define RMAX 4
 #define CMAX 2
-
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Eight weights of row type T starting at element i (n <= 8 of them valid, the rest zero). */
 INLINE __m256 load_w(int type, const char *row, int64_t i, int64_t n) {
@@ -65,7 +59,7 @@ INLINE void tile_float(int type, int R, int C, int64_t k, const char *w, size_t 
         }
     }
     for (int c = 0; c < C; c++)
-        for (int r = 0; r < R; r++) out[c * os + r] = hsum8(acc[r][c]);
+        for (int r = 0; r < R; r++) out[c * os + r] = kiln__hsum8(acc[r][c]);
 }
 
 /* Integer tiles: Q8_0 (type 8) and Q4_0 (type 2) weights times q8 activation rows. */
@@ -109,7 +103,7 @@ INLINE void tile_quant(int type, int R, int C, int64_t k, const char *w, size_t 
         }
     }
     for (int c = 0; c < C; c++)
-        for (int r = 0; r < R; r++) out[c * os + r] = hsum8(acc[r][c]);
+        for (int r = 0; r < R; r++) out[c * os + r] = kiln__hsum8(acc[r][c]);
 }
 
 /* Walk an nr x nc tile in register tiles, columns outer so a block of weight rows stays in cache. */
@@ -177,7 +171,7 @@ KILN_AVX2 static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 KILN_AVX2 static float dot_f32(const float *x, const float *y, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(load_x((const char *)x, i, n - i), load_x((const char *)y, i, n - i), acc);
-    return hsum8(acc);
+    return kiln__hsum8(acc);
 }
 
 KILN_AVX2 static void axpy_f32(float *y, float a, const float *x, int64_t n) {

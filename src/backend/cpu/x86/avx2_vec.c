@@ -10,6 +10,7 @@
 
 #if defined(__x86_64__)
 #include "backend/cpu/x86/avx2_exp.h"
+#include "backend/cpu/x86/avx2_hsum.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -72,10 +73,7 @@ KILN_AVX2 static float sum_sq_f32(const float *x, int64_t n) {
         __m256 v = load_part(x + i, n - i);
         acc = _mm256_fmadd_ps(v, v, acc);
     }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return kiln__hsum8(acc);
 }
 
 KILN_AVX2 static void scale_mul_f32(float *out, float s, const float *x, const float *w, int64_t n) {
