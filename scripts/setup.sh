@@ -23,14 +23,4 @@ fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
-echo "setup: installing ${need[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-    echo "setup: missing ${need[*]} and not root; install them with your package manager" >&2
-    exit 1
-  fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+exec "$(dirname "$0")/apt-install.sh" setup "${need[@]}"

@@ -22,19 +22,7 @@ need=()
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
 [ -f /usr/aarch64-linux-gnu/include/stdio.h ] || need+=(libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null 2>&1 || command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "test-aarch64: installing ${need[*]}" >&2
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-      echo "test-aarch64: missing ${need[*]} and not root; install them with your package manager" >&2
-      exit 1
-    fi
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+if [ ${#need[@]} -gt 0 ]; then scripts/apt-install.sh test-aarch64 "${need[@]}"; fi
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DCMAKE_C_COMPILER="$compiler" >/dev/null
