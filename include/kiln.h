@@ -37,6 +37,7 @@ typedef enum kiln_status {
     KILN_E_NOT_FOUND = -7,    /* a key, tensor or file is absent */
     KILN_E_RANGE = -8,        /* a value or buffer size is out of range */
     KILN_E_INTERNAL = -9,     /* a bug in Kiln: please report it */
+    KILN_E_ABORTED = -10,     /* the caller's abort callback stopped the call */
 } kiln_status;
 
 /* A short constant name such as "KILN_E_FORMAT". Never NULL. */
@@ -411,15 +412,45 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
 void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
 
 /* ---------------------------------------------------------------------------------------------------
- * Models and inference contexts
+ * Models, contexts and batches (see docs/runtime.md)
+ *
+ * A model is the shared engine: the mapped weights, the backends in priority order (the CPU last, as the
+ * universal fallback), the CPU thread pool, and the weights prepared (repacked) for the kernels, made once
+ * and shared by every context of the model. A context owns only per-user state: its KV cache, a pool of
+ * n_ctx cells shared by up to n_seq_max sequences, its compiled plans and their arena, and its outputs.
+ *
+ * Thread safety: a model may be shared by contexts used from different threads; their computations take
+ * turns on the model's backends (one graph at a time per model). A context, a batch, a sampler and a detok
+ * are each used by one thread at a time. kiln_set_allocator and kiln_set_cpu_level are process-wide and
+ * must not run while other Kiln calls do.
  * ------------------------------------------------------------------------------------------------- */
 
 typedef struct kiln_model kiln_model;
 typedef struct kiln_ctx kiln_ctx;
 
-/* Load a model: map the file, validate every tensor the architecture needs, read the hyperparameters. */
+/* Progress of a long step (preparing weights): done of total units. Called on the calling thread. */
+typedef void (*kiln_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+typedef struct kiln_model_params {
+    int32_t n_threads;       /* CPU thread pool size; 0 = kiln_default_threads() */
+    const char *devices;     /* backends in priority order, comma-separated; NULL or "" = "cpu". Each
+                              * entry is NAME or NAME@N, where N is the smallest batch (tokens) for which
+                              * the backend takes a node (the cost rule); "cpu" is appended when absent.
+                              * Names: "cpu"; "cpu-restricted:OP+OP+..." a second CPU backend with its own
+                              * buffers that runs only the listed ops (op names as kiln graph prints them),
+                              * for testing the scheduler without a GPU. */
+    kiln_progress_fn progress; /* weight preparation progress, or NULL */
+    void *progress_user;
+} kiln_model_params;
+
+/* Defaults: every field zero or NULL. */
+kiln_model_params kiln_model_params_default(void);
+
+/* Load a model: map the file, validate every tensor the architecture needs, read the hyperparameters,
+ * start the backends. kiln_model_load(path, out) is kiln_model_load_ex with the defaults. */
+kiln_status kiln_model_load_ex(const char *path, const kiln_model_params *params, kiln_model **out);
 kiln_status kiln_model_load(const char *path, kiln_model **out);
-void kiln_model_destroy(kiln_model *model);
+void kiln_model_destroy(kiln_model *model); /* after every context of the model is destroyed */
 
 const kiln_gguf *kiln_model_gguf(const kiln_model *model); /* valid while the model lives */
 const kiln_vocab *kiln_model_vocab(const kiln_model *model);
@@ -428,33 +459,118 @@ int32_t kiln_model_n_vocab(const kiln_model *model);
 const char *kiln_model_arch(const kiln_model *model);
 /* Total bytes of weights. */
 uint64_t kiln_model_weight_bytes(const kiln_model *model);
+int32_t kiln_model_n_threads(const kiln_model *model);
+
+/* What a model holds beyond the mapped file, shared by all its contexts. */
+typedef struct kiln_model_memory {
+    uint64_t file_bytes;     /* size of the GGUF file */
+    int32_t n_prepared;      /* weights prepared for the kernels (repacked copies), over all backends */
+    uint64_t prepared_bytes; /* their bytes */
+    uint64_t released_bytes; /* mapped file bytes handed back to the kernel after their weight was prepared */
+    uint64_t const_bytes;    /* constants made by graph passes (merged weights that were not adjacent) */
+} kiln_model_memory;
+
+kiln_status kiln_model_memory_info(const kiln_model *model, kiln_model_memory *out);
+
+/* The process-wide CPU kernel level: "ref", "avx2", "avx512", "amx" or "neon" (a level this CPU lacks
+ * falls back down its chain); NULL or "auto" = the best level this CPU supports. It applies from the next
+ * computation on; call it only while no computation runs. */
+kiln_status kiln_set_cpu_level(const char *name);
+/* The active level's name: after kiln_set_cpu_level, the level it chose. */
+const char *kiln_get_cpu_level(void);
+
+/* Called between graph nodes during a computation; returning true stops it: the call fails with
+ * KILN_E_ABORTED and the context is as before the call. */
+typedef bool (*kiln_abort_fn)(void *user);
+
+/* A log line (no trailing newline) from the runtime: what was compiled, how long it took, the split of
+ * a graph between backends. */
+typedef void (*kiln_log_fn)(void *user, const char *line);
 
 typedef struct kiln_ctx_params {
-    int32_t n_ctx;      /* KV-cache length in tokens; 0 = the model's context length */
-    int32_t n_threads;  /* 0 = kiln_default_threads() */
-    const char *passes; /* graph passes to run: "all", "none", or a list such as "cse,dce" or
-                         * "-fuse_qkv"; NULL = $KILN_PASSES, else "all" (see docs/graph.md) */
+    int32_t n_ctx;      /* KV-cache cells (tokens over all sequences); 0 = the model's context length */
+    int32_t n_batch;    /* most tokens one kiln_ctx_decode_batch takes; 0 = 512 */
+    int32_t n_seq_max;  /* sequence ids run 0 .. n_seq_max - 1 (at most KILN_SEQ_MAX); 0 = 1 */
+    const char *passes; /* graph passes: "all" (NULL), "none", or a list such as "cse,dce" or "-fuse_qkv"
+                         * (see docs/graph.md) */
     bool no_fuse;       /* switch off every fusion pass */
+    bool check_passes;  /* verify every pass's output against the unoptimized graph (slow; for tests) */
     kiln_type kv_type;  /* KV-cache element type: KILN_TYPE_F32 (default), KILN_TYPE_F16 or KILN_TYPE_Q8_0
                          * (Q8_0 needs Hkv * head size to be a multiple of 32) */
+    kiln_abort_fn abort_fn; /* or NULL */
+    void *abort_user;
+    kiln_log_fn log;    /* or NULL */
+    void *log_user;
 } kiln_ctx_params;
+
+#define KILN_SEQ_MAX 64
 
 kiln_ctx_params kiln_ctx_params_default(void);
 
 kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *params, kiln_ctx **out);
 void kiln_ctx_destroy(kiln_ctx *ctx);
 
-/* Run n tokens through the model in one batched graph, appending them to the KV cache. *logits receives
- * the n_vocab logits of the last token, valid until the next call on ctx. Fails with
+/* A batch of tokens, each of one sequence at one position, in the style of llama.cpp's llama_batch.
+ * kiln_batch_init allocates the arrays for `capacity` tokens; the caller fills them (or uses
+ * kiln_batch_add) and sets n_tokens. */
+typedef struct kiln_batch {
+    int32_t n_tokens;
+    int32_t capacity;
+    int32_t *token;  /* [capacity] token ids */
+    int32_t *pos;    /* [capacity] positions in their sequence */
+    int32_t *seq_id; /* [capacity] sequence ids, 0 .. n_seq_max - 1 */
+    int8_t *logits;  /* [capacity] nonzero: keep this token's logits (kiln_ctx_logits) */
+} kiln_batch;
+
+kiln_status kiln_batch_init(int32_t capacity, kiln_batch *out);
+void kiln_batch_free(kiln_batch *batch); /* frees the arrays; the struct is zeroed */
+/* Append one token; KILN_E_RANGE when the batch is full. */
+kiln_status kiln_batch_add(kiln_batch *batch, int32_t token, int32_t pos, int32_t seq_id, bool logits);
+void kiln_batch_clear(kiln_batch *batch); /* n_tokens = 0 */
+
+/* Run a batch: every token's K and V go into free cells of the KV cache, and each token attends to the
+ * cells of its own sequence at positions up to its own. Positions continue each sequence: the tokens of
+ * a sequence appear in the batch in order at pos_max + 1, pos_max + 2, ... (pos_max as
+ * kiln_kv_seq_pos_max; 0 for an empty sequence). The batch fails with a named error and changes nothing
+ * when an argument is invalid, with KILN_E_CONTEXT_FULL when fewer cells are free than it has tokens, and
+ * with KILN_E_ABORTED when the abort callback stops it. n_tokens is 1 .. n_batch. */
+kiln_status kiln_ctx_decode_batch(kiln_ctx *ctx, const kiln_batch *batch);
+
+/* The n_vocab logits of token i of the last batch (negative i counts from the end of the tokens that
+ * asked for logits: -1 is the last of them). NULL, with kiln_last_error set, when token i did not ask for
+ * logits. Valid until the next decode call on ctx. */
+const float *kiln_ctx_logits(kiln_ctx *ctx, int32_t i);
+
+/* The one-sequence wrapper: append n tokens to sequence 0 (split into batches of n_batch), and set
+ * *logits to the logits of the last one, valid until the next call on ctx. Fails with
  * KILN_E_CONTEXT_FULL, without changing the cache, when the tokens do not fit. */
 kiln_status kiln_ctx_decode(kiln_ctx *ctx, const int32_t *tokens, int32_t n, const float **logits);
-int32_t kiln_ctx_n_past(const kiln_ctx *ctx);
+int32_t kiln_ctx_n_past(const kiln_ctx *ctx); /* kiln_kv_seq_pos_max(ctx, 0) + 1 */
 int32_t kiln_ctx_n_ctx(const kiln_ctx *ctx);
-void kiln_ctx_reset(kiln_ctx *ctx); /* forget the cache */
+int32_t kiln_ctx_n_batch(const kiln_ctx *ctx);
+int32_t kiln_ctx_n_seq_max(const kiln_ctx *ctx);
+void kiln_ctx_reset(kiln_ctx *ctx); /* forget every sequence */
 
-/* What the graph compiler did for batches of n_tokens tokens (the plan is compiled if needed). */
+/* The KV cache. A range [p0, p1) of positions: p0 < 0 means 0, p1 < 0 means to the end. seq -1 means
+ * every sequence (for rm). Each fails with KILN_E_INVALID_ARG for an id outside 0 .. n_seq_max - 1 or an
+ * empty range p1 <= p0 (when both are given). */
+/* Forget the positions [p0, p1) of seq (every sequence when seq is -1). */
+kiln_status kiln_kv_seq_rm(kiln_ctx *ctx, int32_t seq, int32_t p0, int32_t p1);
+/* Make dst share src's cells at positions [p0, p1): no recomputation and no copy of K or V. dst must hold
+ * no positions in that range. */
+kiln_status kiln_kv_seq_cp(kiln_ctx *ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* Forget every sequence but seq. */
+kiln_status kiln_kv_seq_keep(kiln_ctx *ctx, int32_t seq);
+/* The largest position of seq in the cache, or -1 when it holds none (or seq is out of range). */
+int32_t kiln_kv_seq_pos_max(const kiln_ctx *ctx, int32_t seq);
+/* Cells in use (by any sequence) and free. */
+int32_t kiln_kv_n_used(const kiln_ctx *ctx);
+
+/* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
+ * compiled if needed; both are rounded up to their buckets). */
 typedef struct kiln_plan_info {
-    int32_t n_tokens;
+    int32_t n_tokens;                  /* the bucket */
+    int32_t n_outputs;                 /* the bucket */
     int32_t nodes_before, nodes_after; /* executed nodes before and after the passes */
     int32_t rounds;                    /* pipeline rounds until nothing changed */
     int32_t n_passes;
@@ -467,10 +583,13 @@ typedef struct kiln_plan_info {
     uint64_t naive_bytes;  /* sum of every intermediate's size */
     uint64_t arena_bytes;  /* the planned arena */
     int32_t n_buffers, n_reused, n_inplace;
-    uint64_t const_bytes;  /* memory of folded constants held by the context */
+    uint64_t const_bytes;  /* memory of folded constants held by the model */
+    int32_t n_splits;      /* runs of nodes on one backend */
+    int32_t n_copies;      /* tensors copied between backends */
+    double compile_ms;     /* time the compilation took */
 } kiln_plan_info;
 
-kiln_status kiln_ctx_plan_info(kiln_ctx *ctx, int32_t n_tokens, kiln_plan_info *out);
+kiln_status kiln_ctx_plan_info(kiln_ctx *ctx, int32_t n_tokens, int32_t n_outputs, kiln_plan_info *out);
 
 /* Write the graph for a batch of n_tokens, before the passes (optimized = false) or after, one line per
  * call of write: a text listing, or Graphviz DOT when dot is set. */

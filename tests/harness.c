@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 
 int harness_check_failures = 0;
 static int passed = 0, failed = 0;
@@ -61,5 +62,12 @@ const char *harness_data_path(const char *relative) {
     static int next = 0;
     char *p = slots[next++ % 8];
     snprintf(p, 4096, "%s/%s", KILN_TEST_DATA, relative);
+    return p;
+}
+
+kiln_ctx_params harness_ctx_params(void) {
+    kiln_ctx_params p = kiln_ctx_params_default();
+    const char *check = getenv("KILN_CHECK_PASSES");
+    p.check_passes = check && *check && strcmp(check, "0") != 0;
     return p;
 }

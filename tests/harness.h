@@ -27,6 +27,9 @@ void harness_fail(const char *file, int line, const char *fmt, ...);
 char *harness_read_file(const char *path, size_t *size);
 /* Path under the test data folder, in a static buffer per call site slot. */
 const char *harness_data_path(const char *relative);
+/* Context parameters for tests: the defaults, with every graph pass verified when the test run sets
+ * KILN_CHECK_PASSES=1 (tests/CMakeLists.txt does; the library itself reads no environment). */
+kiln_ctx_params harness_ctx_params(void);
 
 #define RUN(fn) harness_run(#fn, fn)
 

@@ -82,7 +82,7 @@ static double run_against_reference(const char *name, const char *passes) {
     reference r;
     kiln_model *m = NULL;
     kiln_ctx *c = NULL;
-    kiln_ctx_params p = kiln_ctx_params_default();
+    kiln_ctx_params p = harness_ctx_params();
     double worst = 0.0;
     if (!reference_load(name, &r)) {
         harness_fail(__FILE__, __LINE__, "%s: reference file missing or malformed", name);
@@ -215,7 +215,7 @@ static void kiln_chat_talks_with_every_test_model(void) {
 static void a_context_cannot_outgrow_a_learned_position_table(void) {
     kiln_model *m = NULL;
     kiln_ctx *c = NULL;
-    kiln_ctx_params p = kiln_ctx_params_default();
+    kiln_ctx_params p = harness_ctx_params();
     CHECK_OK(kiln_model_load(model_path("gpt2"), &m));
     if (!m) return;
     p.n_ctx = kiln_model_n_ctx_train(m) + 1;

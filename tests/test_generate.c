@@ -53,14 +53,13 @@ static int32_t argmax(const float *x, int32_t n) {
 /* Greedy: prefill the prompt ids, then generate until the sequence has n_total ids. */
 static kiln_type greedy_kv_type = KILN_TYPE_F32;
 
-static size_t greedy_passes(const kiln_model *m, int n_threads, const char *passes, const int32_t *prompt,
-                            size_t n_prompt, size_t n_total, int32_t *out) {
-    kiln_ctx_params p = kiln_ctx_params_default();
+static size_t greedy_passes(const kiln_model *m, const char *passes, const int32_t *prompt, size_t n_prompt,
+                            size_t n_total, int32_t *out) {
+    kiln_ctx_params p = harness_ctx_params();
     p.kv_type = greedy_kv_type;
     kiln_ctx *ctx;
     const float *logits;
     size_t n = n_prompt;
-    p.n_threads = n_threads;
     p.passes = passes;
     p.n_ctx = 256; /* the goldens need 201 positions; the unfused attention spans the whole cache */
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
@@ -75,9 +74,17 @@ static size_t greedy_passes(const kiln_model *m, int n_threads, const char *pass
     return n;
 }
 
-static size_t greedy(const kiln_model *m, int n_threads, const int32_t *prompt, size_t n_prompt, size_t n_total,
-                     int32_t *out) {
-    return greedy_passes(m, n_threads, NULL, prompt, n_prompt, n_total, out);
+static size_t greedy(const kiln_model *m, const int32_t *prompt, size_t n_prompt, size_t n_total, int32_t *out) {
+    return greedy_passes(m, NULL, prompt, n_prompt, n_total, out);
+}
+
+/* The bundled model with a thread pool of n_threads. */
+static kiln_model *load_with_threads(int n_threads) {
+    kiln_model_params mp = kiln_model_params_default();
+    kiln_model *m = NULL;
+    mp.n_threads = n_threads;
+    CHECK_OK(kiln_model_load_ex(KILN_MODEL_PATH, &mp, &m));
+    return m;
 }
 
 static void check_golden(const char *section, const char *prompt_text) {
@@ -93,7 +100,9 @@ static void check_golden(const char *section, const char *prompt_text) {
     CHECK_EQ_INT(n_prompt, g.n_prompt);
     CHECK(memcmp(prompt, g.prompt, g.n_prompt * sizeof *prompt) == 0);
     for (int t = 1; t <= 2; t++) {
-        size_t n = greedy(m, t, g.prompt, g.n_prompt, g.n_ids, ids);
+        kiln_model *mt = load_with_threads(t);
+        size_t n = mt ? greedy(mt, g.prompt, g.n_prompt, g.n_ids, ids) : 0;
+        kiln_model_destroy(mt);
         CHECK_EQ_INT(n, g.n_ids);
         for (size_t i = 0; i < n; i++)
             if (ids[i] != g.ids[i]) {
@@ -119,10 +128,9 @@ static void the_goldens_hold_with_passes_on_off_and_each_fusion_removed(void) {
     golden g = {0};
     int32_t ids[256];
     load_golden("\"bos_only_200\"", &g);
-    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
-    if (!m) return;
+    if (!(m = load_with_threads(2))) return;
     for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
-        size_t n = greedy_passes(m, 2, sets[k], g.prompt, g.n_prompt, g.n_ids, ids);
+        size_t n = greedy_passes(m, sets[k], g.prompt, g.n_prompt, g.n_ids, ids);
         CHECK_EQ_INT(n, g.n_ids);
         if (memcmp(ids, g.ids, g.n_ids * sizeof *ids) != 0)
             harness_fail(__FILE__, __LINE__, "passes '%s': the greedy ids differ from the golden", sets[k]);
@@ -141,12 +149,11 @@ static void quantized_kv_caches_keep_the_greedy_output(void) {
     golden g = {0};
     int32_t ids[256];
     load_golden("\"bos_only_200\"", &g);
-    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
-    if (!m) return;
+    if (!(m = load_with_threads(2))) return;
     for (size_t k = 0; k < 2; k++) {
         for (int passes = 0; passes < 2; passes++) {
             greedy_kv_type = cases[k].type;
-            size_t n = greedy_passes(m, 2, passes ? "all" : "none", g.prompt, g.n_prompt, g.n_ids, ids), same = 0;
+            size_t n = greedy_passes(m, passes ? "all" : "none", g.prompt, g.n_prompt, g.n_ids, ids), same = 0;
             while (same + 1 < n && ids[same + 1] == g.ids[same + 1]) same++;
             printf("kv %s, passes %s: %zu of %zu generated tokens equal the f32 golden\n",
                    cases[k].type == KILN_TYPE_F16 ? "f16" : "q8_0", passes ? "all" : "none", same, g.n_ids - 1);
@@ -164,8 +171,9 @@ static void batched_prefill_matches_token_by_token_decoding(void) {
     static const int32_t prompt[7] = {1, 403, 407, 261, 378, 432, 383};
     CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
     if (!m) return;
-    CHECK_OK(kiln_ctx_create(m, NULL, &a));
-    CHECK_OK(kiln_ctx_create(m, NULL, &b));
+    kiln_ctx_params p = harness_ctx_params();
+    CHECK_OK(kiln_ctx_create(m, &p, &a));
+    CHECK_OK(kiln_ctx_create(m, &p, &b));
     CHECK_OK(kiln_ctx_decode(a, prompt, 7, &la));
     for (int i = 0; i < 7; i++) CHECK_OK(kiln_ctx_decode(b, &prompt[i], 1, &lb));
     CHECK_EQ_INT(kiln_ctx_n_past(a), 7);
@@ -179,7 +187,7 @@ static void batched_prefill_matches_token_by_token_decoding(void) {
 static void a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing(void) {
     kiln_model *m;
     kiln_ctx *ctx;
-    kiln_ctx_params p = kiln_ctx_params_default();
+    kiln_ctx_params p = harness_ctx_params();
     const float *logits;
     int32_t toks[9] = {1, 403, 407, 261, 378, 432, 383, 286, 261};
     p.n_ctx = 8;
@@ -221,12 +229,11 @@ static void a_warmed_up_decode_step_allocates_nothing(void) {
     kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
     kiln_model *m;
     kiln_ctx *ctx;
-    kiln_ctx_params p = kiln_ctx_params_default();
+    kiln_ctx_params p = harness_ctx_params();
     const float *logits;
     int32_t tok = 1;
-    p.n_threads = 2;
     kiln_set_allocator(&counting);
-    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    m = load_with_threads(2);
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits)); /* warm-up */
     n_allocs = 0;

@@ -27,14 +27,15 @@ static int32_t argmax(const float *x, int32_t n) {
 static int greedy(const char *path, int32_t *out, int n) {
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
-    kiln_ctx_params cp = kiln_ctx_params_default();
+    kiln_ctx_params cp = harness_ctx_params();
+    kiln_model_params mp = kiln_model_params_default();
     int32_t prompt[16];
     size_t np = 0;
     int got = 0;
     const float *logits;
     cp.n_ctx = 128;
-    cp.n_threads = 1;
-    CHECK_OK(kiln_model_load(path, &m));
+    mp.n_threads = 1;
+    CHECK_OK(kiln_model_load_ex(path, &mp, &m));
     if (!m) return 0;
     CHECK_OK(kiln_ctx_create(m, &cp, &ctx));
     CHECK_OK(kiln_tokenize(kiln_model_vocab(m), "Once upon a time", 16, true, prompt, 16, &np));

@@ -6,6 +6,8 @@
 
 #include "core/core.h"
 
+#include <string.h>
+
 const char *kiln__backend_name(const kiln_backend *b) { return b->iface->name(b); }
 
 bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node) {
@@ -38,4 +40,20 @@ kiln_status kiln__backend_compute(kiln_backend *b, kiln_graph *g) {
 
 void kiln__backend_destroy(kiln_backend *b) {
     if (b) b->iface->destroy(b);
+}
+
+void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (b->iface->memory) b->iface->memory(b, out);
+}
+
+kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out) {
+    (void)n_threads;
+    *out = NULL;
+    return kiln__error(KILN_E_NOT_FOUND, "device '%.*s' is not known (known: cpu)", (int)KILN__MIN(len, 64), name);
+}
+
+void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user) {
+    b->abort_fn = fn;
+    b->abort_user = user;
 }

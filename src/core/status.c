@@ -26,6 +26,7 @@ const char *kiln_status_name(kiln_status status) {
     case KILN_E_NOT_FOUND: return "KILN_E_NOT_FOUND";
     case KILN_E_RANGE: return "KILN_E_RANGE";
     case KILN_E_INTERNAL: return "KILN_E_INTERNAL";
+    case KILN_E_ABORTED: return "KILN_E_ABORTED";
     }
     return "KILN_E_UNKNOWN";
 }

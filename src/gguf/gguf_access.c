@@ -10,6 +10,11 @@
 
 #include <string.h>
 
+const void *kiln__gguf_mapping(const kiln_gguf *g, size_t *size) {
+    *size = g->map ? g->map_size : 0;
+    return g->map;
+}
+
 uint32_t kiln_gguf_version(const kiln_gguf *gguf) {
     return gguf ? gguf->version : 0;
 }

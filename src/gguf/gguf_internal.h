@@ -127,6 +127,10 @@ struct kiln_gguf {
 kiln_status kiln__gguf_parse(kiln_gguf *g);
 void kiln__gguf_free_contents(kiln_gguf *g);
 
+/* The file mapping of a kiln_gguf_open handle (*size 0 and NULL for a borrowed buffer): read-only and
+ * private, so pages of it may be handed back to the kernel (MADV_DONTNEED) and are read again on use. */
+const void *kiln__gguf_mapping(const kiln_gguf *g, size_t *size);
+
 /* The kv at index i, or NULL when out of range. */
 const kiln__gguf_kv *kiln__gguf_kv_at(const kiln_gguf *g, int64_t i);
 

@@ -26,7 +26,7 @@ kiln_tensor *kiln__blk_rows(kiln_graph *g, kiln_tensor *y, int64_t r0, int64_t n
 }
 
 kiln_tensor *kiln__blk_attention_core(kiln_graph *g, const kiln_hparams *hp, kiln_tensor *q, kiln_tensor *kc,
-                                      kiln_tensor *vc, int32_t n_past, int64_t T) {
+                                      kiln_tensor *vc, kiln_tensor *mask, int64_t T) {
     if (!kc || !vc) return NULL;
     int64_t D = hp->head_dim, C = kc->ne[1];
     if (kc->type != KILN_TYPE_F32) { /* an F16/Q8_0 cache: the plain form reads it dequantized */
@@ -37,9 +37,7 @@ kiln_tensor *kiln__blk_attention_core(kiln_graph *g, const kiln_hparams *hp, kil
     kiln_tensor *V = kiln__reshape_3d(g, vc, D, hp->n_head_kv, C);                    /* [D, Hkv, C] */
     kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, K, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3));
     kq = kiln__scale(g, kq, 1.0f / sqrtf((float)D), 0.0f);                            /* [C, T, Hq] */
-    kq = hp->n_swa > 0 ? kiln__diag_mask_inf_window(g, kq, n_past, hp->n_swa) : kiln__diag_mask_inf(g, kq, n_past);
-    if (kq) kq->flags |= KILN_TENSOR_NPAST;
-    kq = kiln__softmax(g, kq, 1.0f);
+    kq = kiln__softmax(g, kiln__add(g, kq, mask), 1.0f);                             /* mask [C, T] */
     kiln_tensor *vt = kiln__cont(g, kiln__permute(g, V, 1, 2, 0, 3));                /* [C, D, Hkv] */
     kiln_tensor *kqv = kiln__matmul(g, vt, kq);                                        /* [D, T, Hq] */
     kiln_tensor *merged = kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));          /* [D, Hq, T] */
@@ -85,13 +83,11 @@ kiln_tensor *kiln__blk_attention(const kiln_model *m, kiln_graph *g, const kiln_
     /* Without rope or norm (learned positions), the cache takes k's rows as they are. */
     kiln_tensor *k_rows = k_pos == k_heads ? k : kiln__reshape_2d(g, k_pos, Ekv, T); /* [Hkv*D, T] */
     k = k_pos;
-    kiln_tensor *kc = kiln__cache_write(g, in->k_cache[il], k_rows, in->n_past);
-    kiln_tensor *vc = kiln__cache_write(g, in->v_cache[il], v, in->n_past);         /* [Hkv*D, C] */
-    if (kc) kc->flags |= KILN_TENSOR_NPAST;
-    if (vc) vc->flags |= KILN_TENSOR_NPAST;
+    kiln_tensor *kc = kiln__cache_write(g, in->k_cache[il], k_rows, in->cells);
+    kiln_tensor *vc = kiln__cache_write(g, in->v_cache[il], v, in->cells);          /* [Hkv*D, C] */
     kiln__tensor_set_name(q, "blk.%d.q", il);
     kiln__tensor_set_name(k, "blk.%d.k", il);
-    kiln_tensor *att = kiln__blk_attention_core(g, hp, q, kc, vc, in->n_past, T);
+    kiln_tensor *att = kiln__blk_attention_core(g, hp, q, kc, vc, in->mask, T);
     kiln__tensor_set_name(att, "blk.%d.attn", il);
     return kiln__blk_linear(g, &l->wo, &l->bo, att);
 }
@@ -115,12 +111,9 @@ kiln_tensor *kiln__blk_ffn(const kiln_model *m, kiln_graph *g, int32_t il, kiln_
     return kiln__blk_linear(g, &l->w_down, &l->b_down, kiln__mul(g, gate, up)); /* [E, T] */
 }
 
-kiln_tensor *kiln__blk_logits(const kiln_model *m, kiln_graph *g, kiln_tensor *x, int64_t T) {
-    if (!x) return NULL;
-    int64_t ne_last[2] = {m->hp.n_embd, 1};
-    size_t nb_last[2] = {x->nb[0], x->nb[1]};
-    kiln_tensor *last = kiln__view(g, x, 2, ne_last, nb_last, (size_t)(T - 1) * x->nb[1]);
-    kiln_tensor *h = kiln__blk_norm(m, g, last, &m->output_norm, &m->output_norm_b);
-    kiln_tensor *logits = kiln__matmul(g, kiln__weight_leaf(g, &m->output), h); /* [V, 1] */
+kiln_tensor *kiln__blk_logits(const kiln_model *m, kiln_graph *g, kiln_tensor *x, kiln_tensor *out_ids) {
+    kiln_tensor *rows = kiln__get_rows(g, x, out_ids);                           /* [E, O] */
+    kiln_tensor *h = kiln__blk_norm(m, g, rows, &m->output_norm, &m->output_norm_b);
+    kiln_tensor *logits = kiln__matmul(g, kiln__weight_leaf(g, &m->output), h); /* [V, O] */
     return kiln__tensor_set_name(logits, "logits");
 }

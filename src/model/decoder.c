@@ -5,12 +5,13 @@
  *   x = token_embd[ids] (+ position_embd[pos] for learned positions)            [E, T]
  *   per block:  x = x + attention(norm(x) * attn_norm)
  *               x = x + ffn(norm(x) * ffn_norm)
- *   logits = output (norm(x_last) * output_norm)                                  [V, 1], last token only
+ *   logits = output (norm(x[out_ids]) * output_norm)                              [V, O], the tokens asked for
  *
  * What differs between architectures lives in the blocks (blocks.c), chosen by the model's loader: the
  * norm (RMSNorm, or LayerNorm with bias), the projections (separate or fused QKV, biases, per-head QK
- * norms), rope (mode, partial rotary, Llama 3 divisors) or learned positions, a sliding window, and the
- * feed-forward variant. The result is plain ops only; the passes fuse them.
+ * norms), rope (mode, partial rotary, Llama 3 divisors) or learned positions, and the feed-forward
+ * variant. Which keys a token sees (its sequence, causality, a sliding window) is the mask input's
+ * content, made by the runtime. The result is plain ops only; the passes fuse them.
  */
 #include "model/blocks.h"
 
@@ -27,7 +28,7 @@ kiln_tensor *kiln__model_build(const kiln_model *m, kiln_graph *g, const kiln_ba
         x = kiln__add(g, x, kiln__blk_ffn(m, g, il, h));
         kiln__tensor_set_name(x, "blk.%d.ffn_residual", il);
     }
-    kiln_tensor *logits = kiln__blk_logits(m, g, x, in->n_tokens);
+    kiln_tensor *logits = kiln__blk_logits(m, g, x, in->out_ids);
     kiln__graph_set_output(g, logits);
     return logits;
 }

@@ -5,7 +5,7 @@
  * Per block (x is the residual stream [E, T]; the forward pass itself is decoder.c):
  *   h = rms_norm(x) * attn_norm
  *   q, k, v = Wq h, Wk h, Wv h (+ biases when the file has them); rope in NORMAL (adjacent pairs) mode
- *   K, V caches get k, v at rows n_past..; attention of q over the cache (causal, GQA, optional window)
+ *   K, V caches get k, v at the cells of the batch; attention of q over the cells its mask shows (GQA)
  *   x = x + Wo attn
  *   h = rms_norm(x) * ffn_norm
  *   x = x + W_down (silu(W_gate h) * W_up h)

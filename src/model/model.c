@@ -5,6 +5,9 @@
 #include "model/model.h"
 
 #include "core/core.h"
+#include "gguf/gguf_internal.h"
+#include "runtime/engine.h"
+#include "backend/cpu/cpu_features.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -40,7 +43,16 @@ static kiln_status load(kiln_model *m, const char *path) {
     return entry->load_weights(m);
 }
 
-kiln_status kiln_model_load(const char *path, kiln_model **out) {
+kiln_model_params kiln_model_params_default(void) {
+    kiln_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+kiln_status kiln_model_load_ex(const char *path, const kiln_model_params *params, kiln_model **out) {
+    kiln_model_params p = params ? *params : kiln_model_params_default();
+    const void *map;
+    size_t map_size;
     kiln_model *m;
     kiln_status s;
     if (!out) return kiln__error(KILN_E_INVALID_ARG, "kiln_model_load: out is NULL");
@@ -49,6 +61,10 @@ kiln_status kiln_model_load(const char *path, kiln_model **out) {
     m = kiln__calloc(1, sizeof *m);
     if (!m) return kiln__nomem("a model");
     s = load(m, path);
+    if (!s) {
+        map = kiln__gguf_mapping(m->gguf, &map_size);
+        s = kiln__engine_create(&p, map, map_size, &m->engine);
+    }
     if (s) {
         kiln__error_prefix(s, "loading model '%s': ", path);
         kiln_model_destroy(m);
@@ -58,14 +74,41 @@ kiln_status kiln_model_load(const char *path, kiln_model **out) {
     return KILN_OK;
 }
 
+kiln_status kiln_model_load(const char *path, kiln_model **out) { return kiln_model_load_ex(path, NULL, out); }
+
 void kiln_model_destroy(kiln_model *m) {
     if (!m) return;
+    kiln__engine_destroy(m->engine);
     kiln_vocab_destroy(m->vocab);
     kiln_gguf_close(m->gguf);
     kiln__dealloc(m->layers);
     kiln__dealloc(m->rope_buf);
     kiln__dealloc(m);
 }
+
+kiln_status kiln_model_memory_info(const kiln_model *m, kiln_model_memory *out) {
+    size_t map_size = 0;
+    if (!m || !out) return kiln__error(KILN_E_INVALID_ARG, "kiln_model_memory_info: NULL argument");
+    memset(out, 0, sizeof *out);
+    kiln__gguf_mapping(m->gguf, &map_size);
+    out->file_bytes = map_size;
+    pthread_mutex_lock(&m->engine->lock);
+    kiln__engine_memory(m->engine, out);
+    pthread_mutex_unlock(&m->engine->lock);
+    return KILN_OK;
+}
+
+int32_t kiln_model_n_threads(const kiln_model *m) { return m ? m->engine->n_threads : 0; }
+
+kiln_status kiln_set_cpu_level(const char *name) {
+    kiln_cpu_level level = kiln__cpu_max_level();
+    if (name && *name && strcmp(name, "auto") != 0 && !kiln__cpu_level_parse(name, &level))
+        return kiln__error(KILN_E_INVALID_ARG, "CPU level '%s' is not one of auto, ref, avx2, avx512, amx, neon", name);
+    kiln__cpu_force_level(level);
+    return KILN_OK;
+}
+
+const char *kiln_get_cpu_level(void) { return kiln__cpu_level_name(kiln__cpu_level()); }
 
 const kiln_gguf *kiln_model_gguf(const kiln_model *m) { return m->gguf; }
 const kiln_vocab *kiln_model_vocab(const kiln_model *m) { return m->vocab; }

@@ -83,6 +83,7 @@ struct kiln_model {
     kiln_ffn_kind ffn;
     kiln_layer *layers;           /* [L] */
     uint64_t weight_bytes;
+    struct kiln_engine *engine;   /* the backends, prepared weights and constants every context shares */
 };
 
 static inline bool kiln__has(const kiln_tensor_info *w) { return w->name != NULL; }
@@ -125,18 +126,22 @@ kiln_status kiln__load_common_weights(kiln_model *m);
 /* A graph leaf for a weight. */
 kiln_tensor *kiln__weight_leaf(kiln_graph *g, const kiln_tensor_info *w);
 
-/* Everything a builder needs for one forward pass over a batch of T tokens. */
+/* Everything a builder needs for one forward pass over a batch of T tokens (padded to a bucket) of any
+ * number of sequences, reading and writing a KV cache of C cells. */
 typedef struct kiln_batch_inputs {
     kiln_tensor *ids;       /* i32 [T] token ids */
-    kiln_tensor *pos;       /* i32 [T] absolute positions */
-    kiln_tensor **k_cache;  /* [L] f32 [Hkv * D, n_ctx] cache leaves */
+    kiln_tensor *pos;       /* i32 [T] positions in their sequences */
+    kiln_tensor *cells;     /* i32 [T] the KV cell each token's K and V go to; -1 for padding */
+    kiln_tensor *mask;      /* f32 [C, T] additive attention mask: 0 where token t sees cell c, else -inf */
+    kiln_tensor *out_ids;   /* i32 [O] the tokens whose logits are computed */
+    kiln_tensor **k_cache;  /* [L] [Hkv * D, C] cache leaves (f32, f16 or q8_0) */
     kiln_tensor **v_cache;  /* [L] */
     int32_t n_tokens;       /* T */
-    int32_t n_past;         /* tokens already in the cache */
+    int32_t n_outputs;      /* O */
 } kiln_batch_inputs;
 
 /* The forward pass of every supported architecture (decoder.c): emits the graph and returns the logits
- * node [V, 1] of the last token. */
+ * node [V, O] of the tokens out_ids names. */
 kiln_tensor *kiln__model_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in);
 
 /* Architecture loaders: run after the hyperparameters are read; each sets the model's norm and

@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "tensor/types.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,17 @@
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 
-/* A weight rewritten for the packed kernels (repack.c). The original stays in the file mapping and is
- * no longer read, so its pages are not brought in again; the copy lives as long as the backend. */
+/* A weight rewritten for the packed kernels (repack.c), found again by the weight's identity: its bytes
+ * in the model (the file mapping, or the model's constant store, which lives as long as the model and
+ * never reuses an address) with its type and shape. When the weight lies in the model's file mapping, the
+ * pages wholly inside it are handed back to the kernel once the copy exists: nothing reads them on this
+ * path, and a reader elsewhere (get_rows of a tied embedding) faults them in again from the file. The
+ * copy lives as long as the backend, that is as long as the model. */
 typedef struct packed_weight {
-    const void *src;  /* the weight's bytes in the mapping */
+    const void *src;  /* the weight's bytes */
     kiln_type type;
     int64_t ne0, ne1;
-    uint64_t print;   /* fingerprint of sampled words, checked on every lookup */
+    size_t bytes;     /* of the packed copy */
     void *block;      /* allocation; data is its 2 MiB aligned start */
     const void *data;
 } packed_weight;
@@ -37,11 +42,20 @@ typedef struct cpu_context {
     size_t scratch_cap;     /* floats allocated */
     void *shared;           /* scratch shared by the threads of one node, 64-byte aligned */
     size_t shared_cap;      /* bytes allocated (plus 64 for alignment) */
-    packed_weight *packs;   /* repacked copies of weights, keyed by the weight's data pointer */
+    packed_weight *packs;   /* repacked copies of weights */
     int32_t n_packs, packs_cap;
+    uint64_t packed_bytes, released_bytes;
+    const char *map;        /* the model's read-only file mapping, or NULL */
+    size_t map_size;
+    kiln_progress_fn progress;
+    void *progress_user;
     const void **node_packed; /* [node index] the packed weight for the active level, or NULL */
     int32_t node_packed_cap;
     kiln_graph *graph;      /* the graph being computed (job argument) */
+    kiln_backend *self;     /* for the abort callback */
+    atomic_int stop_at;     /* the node after which every thread stops: set by thread 0 when the abort
+                             * callback says so; each thread compares it with the node it has just
+                             * finished, so all stop after the same barrier */
 } cpu_context;
 
 static const char *cpu_name(const kiln_backend *b) {
@@ -83,21 +97,11 @@ static void graph_job(void *arg, int ith, int nth) {
         kiln_cpu_args args = {t, ith, nth, c->scratch ? c->scratch + (size_t)ith * c->scratch_stride : NULL,
                               (void *)(((uintptr_t)c->shared + 63) & ~(uintptr_t)63), c->pool, c->node_packed[i]};
         kernel(&args);
+        if (ith == 0 && c->self->abort_fn && c->self->abort_fn(c->self->abort_user))
+            atomic_store_explicit(&c->stop_at, i, memory_order_relaxed);
         kiln__pool_barrier(c->pool);
+        if (atomic_load_explicit(&c->stop_at, memory_order_relaxed) <= i) return;
     }
-}
-
-/* A cheap fingerprint of a weight: 16 words sampled across it. Constant leaves made by graph passes
- * live in buffers a later plan may reuse, so the address alone does not identify their contents. */
-static uint64_t fingerprint(const kiln_tensor *w) {
-    size_t bytes = (size_t)w->nb[1] * (size_t)w->ne[1], step = bytes / 16;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < 16; i++) {
-        uint32_t v;
-        memcpy(&v, (const char *)w->data + (i * step & ~(size_t)3), sizeof v);
-        h = (h ^ v) * 1099511628211ULL;
-    }
-    return h;
 }
 
 /* One weight's repacking, shared by the pool's threads: thread ith rewrites its share of the 16-row
@@ -119,24 +123,42 @@ static void repack_share(void *arg, int ith, int nth) {
                  (char *)j->dst + (size_t)g0 * kiln__repack_group_bytes(w->type, w->ne[0]));
 }
 
-/* The packed copy of a matmul or linear node's weight, made on first sight; NULL when the active level
- * has no packed kernel for it or the weight does not qualify (then the mapping is used as it is). */
-static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kiln_tensor *node, const void **out) {
+/* The weight of a matmul or linear node that the active level runs from a packed copy, or NULL when the
+ * level has no packed kernel for it or the weight does not qualify (then it is read as it is). */
+static const kiln_tensor *packable(const kiln_cpu_isa *isa, const kiln_tensor *node) {
     const kiln_tensor *w = node->src[0];
-    *out = NULL;
-    if ((node->op != KILN_OP_MATMUL && node->op != KILN_OP_LINEAR) || !isa->mm_packed[w->type]) return KILN_OK;
-    if (node->op == KILN_OP_LINEAR && (node->ip[1] & KILN_LINEAR_TRANS0)) return KILN_OK;
+    if ((node->op != KILN_OP_MATMUL && node->op != KILN_OP_LINEAR) || !isa->mm_packed[w->type]) return NULL;
+    if (node->op == KILN_OP_LINEAR && (node->ip[1] & KILN_LINEAR_TRANS0)) return NULL;
     if (w->op != KILN_OP_NONE || !(w->flags & (KILN_TENSOR_WEIGHT | KILN_TENSOR_CONST)) || !w->data ||
         w->ne[2] != 1 || w->ne[3] != 1 || !kiln__tensor_is_contiguous(w) ||
         !kiln__repack_supported(w->type, w->ne[0], w->ne[1]))
-        return KILN_OK;
-    uint64_t print = fingerprint(w);
+        return NULL;
+    return w;
+}
+
+static const packed_weight *find_packed(const cpu_context *c, const kiln_tensor *w) {
     for (int32_t i = 0; i < c->n_packs; i++)
         if (c->packs[i].src == w->data && c->packs[i].type == w->type && c->packs[i].ne0 == w->ne[0] &&
-            c->packs[i].ne1 == w->ne[1] && c->packs[i].print == print) {
-            *out = c->packs[i].data;
-            return KILN_OK;
-        }
+            c->packs[i].ne1 == w->ne[1])
+            return &c->packs[i];
+    return NULL;
+}
+
+static size_t packed_bytes(const kiln_tensor *w) {
+    return kiln__repack_group_bytes(w->type, w->ne[0]) * (size_t)((w->ne[1] + 15) / 16);
+}
+
+/* Hand back the mapped pages wholly inside [p, p + n) when they belong to the model's file mapping. */
+static void release_source(cpu_context *c, const void *p, size_t n) {
+    uintptr_t page = 4096, lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (!c->map || (const char *)p < c->map || (const char *)p + n > c->map + c->map_size || hi <= lo) return;
+#if defined(MADV_DONTNEED)
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0) c->released_bytes += hi - lo;
+#endif
+}
+
+/* Make the packed copy of w, on every pool thread. */
+static kiln_status make_packed(cpu_context *c, const kiln_tensor *w, const void **out) {
     if (c->n_packs == c->packs_cap) {
         int32_t cap = c->packs_cap ? 2 * c->packs_cap : 64;
         packed_weight *p = kiln__realloc_array(c->packs, (size_t)cap, sizeof *p);
@@ -144,7 +166,7 @@ static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kil
         c->packs = p;
         c->packs_cap = cap;
     }
-    size_t bytes = kiln__repack_group_bytes(w->type, w->ne[0]) * (size_t)((w->ne[1] + 15) / 16);
+    size_t bytes = packed_bytes(w);
     packed_weight *pw = &c->packs[c->n_packs];
     pw->block = kiln__alloc(bytes + HUGE_PAGE);
     if (!pw->block) return kiln__error(KILN_E_NOMEM, "out of memory repacking weight '%s' (%zu bytes)", w->name, bytes);
@@ -157,18 +179,22 @@ static kiln_status packed_for(cpu_context *c, const kiln_cpu_isa *isa, const kil
     pw->type = w->type;
     pw->ne0 = w->ne[0];
     pw->ne1 = w->ne[1];
-    pw->print = print;
+    pw->bytes = bytes;
     repack_job job = {w, (void *)pw->data};
     kiln__pool_run(c->pool, repack_share, &job);
     c->n_packs++;
+    c->packed_bytes += bytes;
+    release_source(c, w->data, (size_t)w->nb[1] * (size_t)w->ne[1]);
     *out = pw->data;
     return KILN_OK;
 }
 
-/* Look up (or make) the packed weight of every node, for the level in use now. */
+/* Look up (or make) the packed weight of every node, for the level in use now, reporting progress over
+ * the bytes still to prepare. */
 static kiln_status prepare_packed(cpu_context *c, kiln_graph *g) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     int32_t n = kiln__graph_n_nodes(g);
+    uint64_t todo = 0, done = 0;
     kiln_status s;
     if (n > c->node_packed_cap) {
         const void **p = kiln__realloc_array(c->node_packed, (size_t)n, sizeof *p);
@@ -176,8 +202,24 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g) {
         c->node_packed = p;
         c->node_packed_cap = n;
     }
-    for (int32_t i = 0; i < n; i++)
-        if ((s = packed_for(c, isa, kiln__graph_node(g, i), &c->node_packed[i]))) return s;
+    for (int32_t i = 0; i < n; i++) {
+        const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
+        const packed_weight *pw = w ? find_packed(c, w) : NULL;
+        c->node_packed[i] = pw ? pw->data : NULL;
+        if (w && !pw) todo += packed_bytes(w);
+    }
+    for (int32_t i = 0; i < n && todo; i++) {
+        const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
+        if (!w || c->node_packed[i]) continue;
+        const packed_weight *pw = find_packed(c, w); /* made for an earlier node of this graph */
+        if (pw) {
+            c->node_packed[i] = pw->data;
+            continue;
+        }
+        if ((s = make_packed(c, w, &c->node_packed[i]))) return s;
+        done += packed_bytes(w);
+        if (c->progress) c->progress(c->progress_user, done, todo);
+    }
     return KILN_OK;
 }
 
@@ -221,8 +263,10 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g) {
     }
     c->scratch_stride = stride;
     c->graph = g;
+    atomic_store(&c->stop_at, INT32_MAX);
     kiln__pool_run(c->pool, graph_job, c);
     c->graph = NULL;
+    if (atomic_load(&c->stop_at) != INT32_MAX) return kiln__error(KILN_E_ABORTED, "the computation was aborted by the caller");
     return KILN_OK;
 }
 
@@ -238,9 +282,29 @@ static void cpu_destroy(kiln_backend *b) {
     kiln__dealloc(b);
 }
 
+static void cpu_memory(const kiln_backend *b, kiln_backend_memory *out) {
+    const cpu_context *c = b->context;
+    out->n_prepared = c->n_packs;
+    out->prepared_bytes = c->packed_bytes;
+    out->released_bytes = c->released_bytes;
+}
+
 static const kiln_backend_iface cpu_iface = {
-    cpu_name, cpu_supports_op, cpu_buffer_alloc, cpu_buffer_free, cpu_compute, cpu_destroy,
+    cpu_name, cpu_supports_op, cpu_buffer_alloc, cpu_buffer_free, cpu_compute, cpu_destroy, cpu_memory,
 };
+
+void kiln__backend_cpu_set_mapping(kiln_backend *b, const void *mapping, size_t size) {
+    cpu_context *c = b->context;
+    c->map = mapping;
+    c->map_size = mapping ? size : 0;
+}
+
+void kiln__backend_cpu_set_progress(kiln_backend *b, kiln_progress_fn progress, void *user) {
+    cpu_context *c = b->context;
+    c->progress = progress;
+    c->progress_user = user;
+}
+
 
 kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out) {
     kiln_backend *b;
@@ -263,6 +327,7 @@ kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out) {
     }
     b->iface = &cpu_iface;
     b->context = c;
+    c->self = b;
     *out = b;
     return KILN_OK;
 }

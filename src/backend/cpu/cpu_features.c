@@ -128,7 +128,6 @@ static kiln_cpu_level resolve(kiln_cpu_level level) {
 
 static void detect(void) {
     kiln_cpu_level level;
-    const char *env = getenv("KILN_CPU");
 #if defined(__x86_64__) || defined(__i386__)
     detect_x86(&features);
 #elif defined(__aarch64__)
@@ -143,7 +142,6 @@ static void detect(void) {
         if (supported[l]) max_level = (kiln_cpu_level)l;
     }
     level = max_level;
-    if (env && *env && kiln__cpu_level_parse(env, &level)) level = resolve(level);
     atomic_store(&active_level, (int)level);
 }
 

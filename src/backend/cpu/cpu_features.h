@@ -38,7 +38,7 @@ kiln_cpu_level kiln__cpu_max_level(void);
 bool kiln__cpu_level_supported(kiln_cpu_level level);
 /* The level `level` builds on (ref for ref itself): its dispatch table starts as the base's. */
 kiln_cpu_level kiln__cpu_level_base(kiln_cpu_level level);
-/* The level in use: the maximum, or KILN_CPU's choice, or the last forced one. */
+/* The level in use: the maximum, or the last forced one (kiln_set_cpu_level). */
 kiln_cpu_level kiln__cpu_level(void);
 /* Use `level` from now on, or the first supported level down its chain (the maximum for values past the
  * last level); returns the level actually selected. Call only while no graph is computing. */

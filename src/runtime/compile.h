@@ -1,0 +1,81 @@
+/*
+ * compile.h - an inference context's private state and its compiled plans (context.c, compile.c).
+ *
+ * A compiled plan is the forward graph for one bucket of batch size (tokens, and rows of logits) after the
+ * pass pipeline, with its memory planned. Its inputs are leaves the context fills before each run: token
+ * ids, positions, the KV cells the tokens are written to, the attention mask over every cell, and which
+ * tokens' logits to compute. Batches are padded up to the bucket: padding tokens write no cell, see no
+ * key, and produce no logits that anyone reads. The context keeps up to KILN_PLAN_CACHE plans (least
+ * recently used replaced); all share one arena, grown to the largest.
+ */
+#ifndef KILN_RUNTIME_COMPILE_H
+#define KILN_RUNTIME_COMPILE_H
+
+#include "model/model.h"
+
+#include "backend/backend.h"
+#include "graph/passes/passes.h"
+#include "plan/plan.h"
+#include "runtime/engine.h"
+#include "runtime/kv_cache.h"
+
+#define KILN_PLAN_CACHE 8
+
+typedef struct kiln_compiled {
+    int32_t n_tokens;     /* the token bucket T; 0 = empty slot */
+    int32_t n_outputs;    /* the logits bucket O (1 <= O <= T) */
+    kiln_graph *graph;
+    kiln_tensor *ids, *pos, *cells, *mask, *out_ids; /* the input leaves: [T], [T], [T], [C, T], [O] */
+    kiln_tensor *logits;  /* [V, O] output */
+    kiln_plan_stats plan;
+    kiln_pipeline_stats passes;
+    double compile_ms;
+    uint64_t last_used;
+} kiln_compiled;
+
+struct kiln_ctx {
+    const kiln_model *model;
+    kiln_engine *engine;  /* the model's, borrowed */
+    int32_t n_ctx;        /* KV cells */
+    int32_t n_batch;      /* most tokens per batch */
+    int32_t n_seq_max;
+    kiln_kv_cells cells;
+    kiln_buffer kv;       /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_type kv_type;
+    size_t kv_row_bytes;
+    kiln_buffer arena;    /* planned intermediates, shared by all plans */
+    kiln_pass_set passes;
+    bool check_passes;
+    kiln_abort_fn abort_fn;
+    void *abort_user;
+    kiln_log_fn log;
+    void *log_user;
+    /* Inputs of the current batch, sized for the largest bucket. */
+    int32_t *ids, *pos, *cell_of, *seq, *out_ids; /* [bucket(n_batch)] */
+    float *mask;          /* [n_ctx * T] for the largest T compiled so far */
+    size_t mask_cap;      /* floats */
+    /* Outputs of the last batch. */
+    int32_t *out_row;     /* [n_batch] batch index -> logits row, or -1 */
+    int32_t n_outputs;    /* rows of logits the last batch asked for */
+    const float *logits;  /* [n_outputs][V], in the plan's output */
+    int32_t n_last;       /* tokens of the last batch */
+    int32_t *scratch_pos, *scratch_seq; /* [n_batch] the batches kiln_ctx_decode makes */
+    int8_t *scratch_logits;
+    kiln_compiled plans[KILN_PLAN_CACHE];
+    uint64_t clock;
+};
+
+/* The bucket of a batch of n tokens (n <= n_batch): the next power of two, at most n_batch's. */
+int32_t kiln__bucket(const kiln_ctx *c, int32_t n);
+
+/* Build the graph for T tokens and O output rows into a new graph, optionally running the passes. */
+kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize, kiln_graph **out,
+                                kiln_pipeline_stats *stats);
+/* The plan for buckets (T, O) from the cache, compiled if missing. Called with the engine lock held. */
+kiln_status kiln__ctx_plan(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled **out);
+/* Point the plan's inputs at the context's buffers, commit it into the arena and compute. Called with
+ * the engine lock held. */
+kiln_status kiln__compiled_run(kiln_ctx *c, kiln_compiled *plan);
+void kiln__compiled_free(kiln_compiled *plan);
+
+#endif

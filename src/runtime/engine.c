@@ -1,0 +1,106 @@
+/*
+ * engine.c - the model's shared runtime (see engine.h): parses the device list, starts the backends with
+ * the CPU last, and owns the constant store.
+ */
+#include "runtime/engine.h"
+
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One entry of the device list, "NAME" or "NAME@N", in [s, end). */
+static kiln_status start_device(kiln_engine *e, const char *s, const char *end) {
+    const char *at = memchr(s, '@', (size_t)(end - s));
+    size_t len = (size_t)((at ? at : end) - s);
+    long min_batch = 0;
+    kiln_status st;
+    if (at) {
+        char num[16] = {0};
+        char *stop;
+        if ((size_t)(end - at - 1) >= sizeof num || end == at + 1)
+            return kiln__error(KILN_E_INVALID_ARG, "device '%.*s': the batch threshold after '@' is not a number",
+                               (int)(end - s), s);
+        memcpy(num, at + 1, (size_t)(end - at - 1));
+        min_batch = strtol(num, &stop, 10);
+        if (*stop || min_batch < 0 || min_batch > 1 << 20)
+            return kiln__error(KILN_E_INVALID_ARG, "device '%.*s': batch threshold '%s' is not in 0..%d",
+                               (int)(end - s), s, num, 1 << 20);
+    }
+    if (len == 3 && !memcmp(s, "cpu", 3)) {
+        if (e->cpu) return kiln__error(KILN_E_INVALID_ARG, "device 'cpu' is listed twice");
+        if ((st = kiln__backend_cpu_create(e->n_threads, &e->cpu))) return st;
+        e->backends[e->n_backends] = e->cpu;
+        e->min_batch[e->n_backends++] = 0; /* the fallback takes everything */
+        return KILN_OK;
+    }
+    if (e->cpu) return kiln__error(KILN_E_INVALID_ARG, "device '%.*s' after 'cpu': the CPU is the last, the fallback",
+                                   (int)len, s);
+    if (e->n_backends >= KILN_MAX_BACKENDS - 1)
+        return kiln__error(KILN_E_INVALID_ARG, "more than %d devices", KILN_MAX_BACKENDS - 1);
+    kiln_backend *b = NULL;
+    if ((st = kiln__backend_create_named(s, len, e->n_threads, &b))) return st;
+    e->backends[e->n_backends] = b;
+    e->min_batch[e->n_backends++] = (int32_t)min_batch;
+    return KILN_OK;
+}
+
+static kiln_status start_devices(kiln_engine *e, const char *list) {
+    kiln_status st;
+    if (list && *list) {
+        for (const char *s = list; *s;) {
+            const char *end = strchr(s, ',');
+            if (!end) end = s + strlen(s);
+            if (end == s) return kiln__error(KILN_E_INVALID_ARG, "device list '%s' has an empty entry", list);
+            if ((st = start_device(e, s, end))) return st;
+            s = *end ? end + 1 : end;
+        }
+    }
+    static const char cpu[] = "cpu";
+    if (!e->cpu) return start_device(e, cpu, cpu + 3);
+    return KILN_OK;
+}
+
+kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping, size_t mapping_size,
+                                kiln_engine **out) {
+    kiln_engine *e;
+    kiln_status st;
+    *out = NULL;
+    if (p->n_threads < 0 || p->n_threads > 1024)
+        return kiln__error(KILN_E_INVALID_ARG, "n_threads %d is not in 0..1024", p->n_threads);
+    e = kiln__calloc(1, sizeof *e);
+    if (!e) return kiln__nomem("the engine");
+    pthread_mutex_init(&e->lock, NULL);
+    e->n_threads = p->n_threads ? p->n_threads : kiln_default_threads();
+    st = start_devices(e, p->devices);
+    if (!st) {
+        kiln__backend_cpu_set_mapping(e->cpu, mapping, mapping_size);
+        kiln__backend_cpu_set_progress(e->cpu, p->progress, p->progress_user);
+        st = kiln__const_store_create(e->cpu, &e->consts);
+    }
+    if (st) {
+        kiln__engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+void kiln__engine_destroy(kiln_engine *e) {
+    if (!e) return;
+    kiln__const_store_destroy(e->consts);
+    for (int32_t i = 0; i < e->n_backends; i++) kiln__backend_destroy(e->backends[i]);
+    pthread_mutex_destroy(&e->lock);
+    kiln__dealloc(e);
+}
+
+void kiln__engine_memory(const kiln_engine *e, kiln_model_memory *out) {
+    for (int32_t i = 0; i < e->n_backends; i++) {
+        kiln_backend_memory m = {0};
+        kiln__backend_memory(e->backends[i], &m);
+        out->n_prepared += m.n_prepared;
+        out->prepared_bytes += m.prepared_bytes;
+        out->released_bytes += m.released_bytes;
+    }
+    out->const_bytes = kiln__const_store_bytes(e->consts);
+}

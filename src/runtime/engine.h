@@ -1,0 +1,37 @@
+/*
+ * engine.h - what a model shares with every context made from it: the backends in priority order (the
+ * CPU last), the weights they prepared (each backend keeps its own, found by tensor identity), the store
+ * of folded constants, and the lock that lets one graph at a time use them.
+ *
+ * The engine is created by kiln_model_load_ex from kiln_model_params and destroyed with the model.
+ * Contexts borrow it: they hold only their KV cache, plans, arenas and outputs.
+ */
+#ifndef KILN_RUNTIME_ENGINE_H
+#define KILN_RUNTIME_ENGINE_H
+
+#include "backend/backend.h"
+#include "plan/const_store.h"
+
+#include <pthread.h>
+
+#define KILN_MAX_BACKENDS 4
+
+typedef struct kiln_engine {
+    kiln_backend *backends[KILN_MAX_BACKENDS]; /* priority order; the last is the CPU backend */
+    int32_t min_batch[KILN_MAX_BACKENDS];      /* the cost rule: a backend takes nodes of batches >= this */
+    int32_t n_backends;
+    kiln_backend *cpu;                         /* == backends[n_backends - 1] */
+    int32_t n_threads;
+    kiln_const_store *consts;                  /* folded constants, shared by every plan of every context */
+    pthread_mutex_t lock;                      /* held while a context compiles or computes */
+} kiln_engine;
+
+/* Start the backends named by params->devices (see kiln_model_params in kiln.h). mapping/mapping_size:
+ * the model file's read-only mapping (NULL when the model is not file-backed): the CPU backend hands
+ * those pages back once it has prepared a weight from them. */
+kiln_status kiln__engine_create(const kiln_model_params *params, const void *mapping, size_t mapping_size,
+                                kiln_engine **out);
+void kiln__engine_destroy(kiln_engine *e);
+void kiln__engine_memory(const kiln_engine *e, kiln_model_memory *out);
+
+#endif
