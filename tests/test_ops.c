@@ -98,6 +98,25 @@ static void rms_norm_silu_and_softmax_match_the_reference(void) {
     }
 }
 
+/* A row that is all -inf (the scores of a query that may see no key) gives zeros, not NaN; a row with
+ * one finite entry gives a one-hot row. */
+static kiln_tensor *build_softmax_masked(kiln_graph *g, void *user) {
+    return kiln__softmax(g, leaf_f32(g, "x", 2, 5, 3, 1, 1, user), 1.0f);
+}
+
+static void softmax_of_a_row_that_is_all_minus_infinity_is_zeros(void) {
+    static float x[15], out[15];
+    static double ref[15];
+    for (int i = 0; i < 15; i++) x[i] = i < 5 ? -INFINITY : i < 10 ? (i == 7 ? 0.5f : -INFINITY) : 0.1f * (float)i;
+    run_all_threads(build_softmax_masked, x, out, 15);
+    for (int i = 0; i < 15; i++) ref[i] = i < 5 ? 0.0 : i < 10 ? (i == 7 ? 1.0 : 0.0) : 0.0;
+    double sum = 0;
+    for (int i = 10; i < 15; i++) sum += exp(0.1 * i);
+    for (int i = 10; i < 15; i++) ref[i] = exp(0.1 * i) / sum;
+    check_close(out, ref, 15, TOL, "softmax of masked rows");
+    for (int i = 0; i < 5; i++) CHECK(out[i] == 0.0f);
+}
+
 /* ---- add and mul with broadcasting ---- */
 typedef struct binary_case {
     float a[13 * 7 * 3 * 2], b[13 * 7 * 3 * 2];
@@ -504,6 +523,7 @@ int main(void) {
     RUN(matmul_matches_the_reference_for_every_weight_type);
     RUN(get_rows_dequantizes_the_selected_rows);
     RUN(rope_rotates_normal_and_neox_pairs_with_partial_rotary);
+    RUN(softmax_of_a_row_that_is_all_minus_infinity_is_zeros);
     RUN(attention_is_causal_with_grouped_query_heads);
     RUN(views_alias_their_base_and_cont_copies_them_densely);
     RUN(cache_write_writes_rows_at_the_position_and_yields_the_whole_cache);
