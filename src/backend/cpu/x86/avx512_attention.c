@@ -5,8 +5,9 @@
  *
  *   scores  for 16 keys at a time, acc[j] += Qt[d] * K[j][d] (broadcast) over d: Qt is the unit's queries
  *           transposed once ([D][16 lanes], pre-multiplied by the softmax scale), so every FMA is useful
- *           and no horizontal sums are needed; then each lane's mask value is added (gathered from the
- *           lane's mask row), and keys the lane's mask hides become -inf;
+ *           and no horizontal sums are needed; then each lane's mask value is added, and keys the lane's
+ *           mask hides become -inf. Tiles where every lane's mask is all 0 or all -inf (the interior of
+ *           a causal triangle) skip the add; others gather the lanes' mask values key by key;
  *   softmax the running maximum m and denominator l are per lane, so the online-softmax update
  *           (rescale by exp(m_old - m_new), p = exp(s - m_new)) is plain vector arithmetic;
  *   values  Ot[d] = Ot[d] * c + sum_j p[j] * V[j][d] (broadcast), 8 dimensions in registers at a time,
@@ -113,9 +114,10 @@ INLINE void scores16(const unit_ctx *u, const char *kr, size_t ks, float *p) {
 }
 
 /* Ot[d0 .. d0 + nd) = Ot * c + sum over the tile's live 16-key blocks of p[j] * V[j][d], each key's FMA
- * masked to the lanes that see it (nd <= DBLOCK). Block b's rows start at vb[b], stride vs bytes. */
+ * masked to the lanes that see it, unmasked when every lane sees every key of the tile (full); the two
+ * give the same sums (nd <= DBLOCK). Block b's rows start at vb[b], stride vs bytes. */
 INLINE void values(const unit_ctx *u, const char *const *vb, size_t vs, unsigned live, int64_t nj,
-                   const __mmask16 *vis, int64_t d0, int nd, __m512 c) {
+                   const __mmask16 *vis, bool full, int64_t d0, int nd, __m512 c) {
     __m512 o[DBLOCK];
     for (int i = 0; i < nd; i++) o[i] = _mm512_mul_ps(_mm512_load_ps(u->ot + (d0 + i) * LANES), c);
     for (int64_t jb = 0; jb < nj; jb += 16) {
@@ -123,7 +125,10 @@ INLINE void values(const unit_ctx *u, const char *const *vb, size_t vs, unsigned
         for (int64_t j = jb; j < kiln__cpu_min64(jb + 16, nj); j++) {
             __m512 pj = _mm512_load_ps(u->p + j * LANES);
             const float *row = (const float *)(vb[jb / 16] + (size_t)(j - jb) * vs) + d0;
-            for (int i = 0; i < nd; i++) o[i] = _mm512_mask3_fmadd_ps(pj, _mm512_set1_ps(row[i]), o[i], vis[j]);
+            if (full)
+                for (int i = 0; i < nd; i++) o[i] = _mm512_fmadd_ps(pj, _mm512_set1_ps(row[i]), o[i]);
+            else
+                for (int i = 0; i < nd; i++) o[i] = _mm512_mask3_fmadd_ps(pj, _mm512_set1_ps(row[i]), o[i], vis[j]);
         }
     }
     for (int i = 0; i < nd; i++) _mm512_store_ps(u->ot + (d0 + i) * LANES, o[i]);
@@ -145,23 +150,55 @@ INLINE void tile_scores(const unit_ctx *u, const char *const *kb, size_t ks, uns
     }
 }
 
+/* The unit's distinct mask rows (a position's lanes are adjacent): row i is token rt[i] of the lanes in
+ * the bit set lanes[i]. */
+typedef struct unit_rows {
+    int n;
+    int64_t rt[LANES];
+    __mmask16 lanes[LANES];
+} unit_rows;
+
+/* Whether every lane's mask over keys j0 .. j0 + nj is uniform: the lanes whose rows are all 0 there
+ * (*zero; -0 counts as 0) and all -inf (the rest). Most tiles are (all but those a causal diagonal, a
+ * window's edge or a sequence boundary crosses); they need no per-key mask values. Contiguous loads,
+ * 16 keys at a time, per distinct row. */
+INLINE bool uniform_tile(const unit_ctx *u, const unit_rows *rows, int64_t j0, int64_t nj, __mmask16 *zero) {
+    __mmask16 z = 0, hidden = 0;
+    for (int i = 0; i < rows->n; i++) {
+        const float *mr = u->mask + rows->rt[i] * u->C + j0;
+        bool all_zero = true, all_hidden = true;
+        for (int64_t jb = 0; jb < nj && (all_zero || all_hidden); jb += 16) {
+            __mmask16 in = nj - jb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nj - jb)) - 1);
+            __m512 mv = _mm512_maskz_loadu_ps(in, mr + jb);
+            all_zero = all_zero && _mm512_mask_cmp_ps_mask(in, mv, _mm512_setzero_ps(), _CMP_EQ_OQ) == in;
+            all_hidden = all_hidden && _mm512_mask_cmp_ps_mask(in, mv, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ) == in;
+        }
+        if (all_zero) z |= rows->lanes[i];
+        else if (all_hidden) hidden |= rows->lanes[i];
+    }
+    *zero = z;
+    return (__mmask16)(z | hidden) == (__mmask16)0xffff;
+}
+
 /* Rows idx0 .. idx0 + 16 (fewer at the end) of KV head hk's (position, head) enumeration. */
 KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
     const int64_t D = u->D, C = u->C, n_rows = kiln__cpu_min64(LANES, u->T * u->group - idx0);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     int32_t moff[LANES];
-    int64_t lo = C, hi = -1, row_t = -1, tlo = 0, thi = -1;
+    int64_t lo = C, hi = -1, tlo = 0, thi = -1;
     size_t ks = 0, vs = 0;
+    unit_rows rows = {0};
     /* Lanes past the last row repeat the last row's mask row and have zero queries; never stored. Lanes of
      * one position are adjacent, so each mask row is scanned once per unit. */
     for (int l = 0; l < LANES; l++) {
         int64_t idx = idx0 + kiln__cpu_min64(l, n_rows - 1), t = idx / u->group, h = hk * u->group + idx % u->group;
         const float *qr = (const float *)kiln__cpu_row(u->q, h, t, 0);
-        if (t != row_t) {
+        if (rows.n == 0 || rows.rt[rows.n - 1] != t) {
             tlo = first_visible(u->mask + t * C, C);
             thi = tlo < C ? last_visible(u->mask + t * C, C) : -1;
-            row_t = t;
+            rows.rt[rows.n++] = t;
         }
+        rows.lanes[rows.n - 1] |= (__mmask16)(1u << l);
         if (tlo <= thi) lo = kiln__cpu_min64(lo, tlo), hi = thi > hi ? thi : hi;
         moff[l] = (int32_t)(t * C);
         for (int64_t d = 0; d < D; d++) u->qt[d * LANES + l] = l < n_rows ? qr[d] * u->scale : 0.0f;
@@ -171,13 +208,18 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
     memset(u->ot, 0, (size_t)D * LANES * sizeof(float));
     for (int64_t j0 = hi < lo ? 0 : lo / KV_TILE * KV_TILE; j0 <= hi; j0 += KV_TILE) {
         const int64_t nj = kiln__cpu_min64(KV_TILE, hi + 1 - j0);
-        __mmask16 vis[KV_TILE];
+        __mmask16 vis[KV_TILE], zero;
         unsigned live = 0;
-        for (int64_t j = 0; j < nj; j++) { /* each lane's mask value for key j0 + j */
-            __m512 mv = _mm512_i32gather_ps(mrows, u->mask + j0 + j, 4);
-            vis[j] = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_UQ);
-            live |= (vis[j] != 0) << (j / 16);
-            _mm512_store_ps(u->mt + j * LANES, mv);
+        const bool uniform = uniform_tile(u, &rows, j0, nj, &zero);
+        for (int64_t j = 0; j < nj; j++) {
+            if (uniform) { /* lanes in zero see every key of the tile unchanged, the others none */
+                vis[j] = zero;
+            } else { /* each lane's mask value for key j0 + j */
+                __m512 mv = _mm512_i32gather_ps(mrows, u->mask + j0 + j, 4);
+                vis[j] = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_UQ);
+                _mm512_store_ps(u->mt + j * LANES, mv);
+            }
+            live |= (unsigned)(vis[j] != 0) << (j / 16);
         }
         if (!live) continue; /* no lane sees a key of this tile */
         const char *kb[KV_TILE / 16], *vb[KV_TILE / 16];
@@ -192,7 +234,9 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
         for (int64_t j = 0; j < nj; j++) {
             if (!(live >> (j / 16) & 1)) continue;
             /* s + mask where the lane sees key j, -inf where it does not (whatever the hidden cell holds) */
-            __m512 s = _mm512_mask_add_ps(ninf, vis[j], _mm512_load_ps(u->p + j * LANES), _mm512_load_ps(u->mt + j * LANES));
+            __m512 s = uniform ? _mm512_mask_mov_ps(ninf, vis[j], _mm512_load_ps(u->p + j * LANES))
+                               : _mm512_mask_add_ps(ninf, vis[j], _mm512_load_ps(u->p + j * LANES),
+                                                    _mm512_load_ps(u->mt + j * LANES));
             _mm512_store_ps(u->p + j * LANES, s);
             tile_max = _mm512_max_ps(tile_max, s);
         }
@@ -210,8 +254,9 @@ KILN_AVX512 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
         }
         m = m_new;
         int64_t d0 = 0;
-        for (; d0 + DBLOCK <= D; d0 += DBLOCK) values(u, vb, vs, live, nj, vis, d0, DBLOCK, c);
-        if (d0 < D) values(u, vb, vs, live, nj, vis, d0, (int)(D - d0), c);
+        const bool full = uniform && zero == (__mmask16)0xffff;
+        for (; d0 + DBLOCK <= D; d0 += DBLOCK) values(u, vb, vs, live, nj, vis, full, d0, DBLOCK, c);
+        if (d0 < D) values(u, vb, vs, live, nj, vis, full, d0, (int)(D - d0), c);
     }
     float lsum[LANES];
     _mm512_storeu_ps(lsum, l);
