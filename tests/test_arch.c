@@ -300,40 +300,66 @@ static void rope_factors_of_the_wrong_length_are_a_builder_error(void) {
     kiln__graph_destroy(g);
 }
 
-static void the_window_mask_hides_keys_older_than_the_window(void) {
-    enum { L = 9, T = 3, N_PAST = 4, W = 3 };
-    static float x[L * T];
-    kiln_graph *g = NULL;
-    kiln_status s;
-    fill_random(x, L * T, 5);
-    CHECK_OK(kiln__graph_create(16, &g));
-    int64_t ne[2] = {L, T};
-    kiln_tensor *y = kiln__diag_mask_inf_window(g, kiln__graph_leaf(g, "x", KILN_TYPE_F32, 2, ne, x, 0), N_PAST, W);
-    kiln__graph_set_output(g, y);
-    void *arena = graph_run(g, 1, &s);
-    CHECK_OK(s);
-    for (int t = 0; arena && t < T; t++)
-        for (int j = 0; j < L; j++) {
-            int q = N_PAST + t; /* the query's position: it sees keys q - W + 1 .. q */
-            float v = ((float *)y->data)[t * L + j];
-            if (j > q || j <= q - W) CHECK(isinf(v) && v < 0);
-            else CHECK(v == x[t * L + j]);
+/* A sliding window is mask content: the query at position N_PAST + t sees the keys of positions
+ * q - W + 1 .. q, the rest of its mask row is -inf. */
+enum { WIN_D = 8, WIN_HQ = 4, WIN_HKV = 2, WIN_T = 3, WIN_L = 9, WIN_N_PAST = 4 };
+
+static void fill_window_mask(float *mask, int32_t window) {
+    for (int t = 0; t < WIN_T; t++)
+        for (int j = 0; j < WIN_L; j++) {
+            int q = WIN_N_PAST + t;
+            mask[t * WIN_L + j] = j > q || (window > 0 && j <= q - window) ? -INFINITY : 0.0f;
         }
-    free(arena);
-    kiln__graph_destroy(g);
 }
 
-static kiln_tensor *attention_subgraph(kiln_graph *g, int32_t window, float *q, float *k, float *v) {
-    int64_t ne_q[3] = {8, 4, 3}, ne_k[3] = {8, 2, 7};
+/* The plain attention form the model builders emit, over the window mask. */
+static kiln_tensor *attention_subgraph(kiln_graph *g, float *q, float *k, float *v, float *mask) {
+    int64_t ne_q[3] = {WIN_D, WIN_HQ, WIN_T}, ne_k[3] = {WIN_D, WIN_HKV, WIN_L}, ne_m[2] = {WIN_L, WIN_T};
     kiln_tensor *Q = kiln__graph_leaf(g, "q", KILN_TYPE_F32, 3, ne_q, q, KILN_TENSOR_INPUT);
     kiln_tensor *K = kiln__graph_leaf(g, "k", KILN_TYPE_F32, 3, ne_k, k, KILN_TENSOR_INPUT);
     kiln_tensor *V = kiln__graph_leaf(g, "v", KILN_TYPE_F32, 3, ne_k, v, KILN_TENSOR_INPUT);
+    kiln_tensor *M = kiln__graph_leaf(g, "mask", KILN_TYPE_F32, 2, ne_m, mask, KILN_TENSOR_INPUT);
     kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, K, 0, 2, 1, 3), kiln__permute(g, Q, 0, 2, 1, 3));
-    kq = kiln__diag_mask_inf_window(g, kiln__scale(g, kq, 0.35f, 0.0f), 2, window);
+    kq = kiln__add(g, kiln__scale(g, kq, 0.35f, 0.0f), M);
     kiln_tensor *kqv = kiln__matmul(g, kiln__cont(g, kiln__permute(g, V, 1, 2, 0, 3)), kiln__softmax(g, kq, 1.0f));
     kiln_tensor *out = kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));
     kiln__graph_set_output(g, out);
     return out;
+}
+
+static void the_window_mask_hides_keys_older_than_the_window(void) {
+    enum { W = 3 };
+    static float q[WIN_D * WIN_HQ * WIN_T], k[WIN_D * WIN_HKV * WIN_L], v[WIN_D * WIN_HKV * WIN_L], mask[WIN_L * WIN_T];
+    kiln_graph *g = NULL;
+    kiln_status s;
+    fill_random(q, KILN__ARRAY_LEN(q), 5);
+    fill_random(k, KILN__ARRAY_LEN(k), 6);
+    fill_random(v, KILN__ARRAY_LEN(v), 7);
+    fill_window_mask(mask, W);
+    CHECK_OK(kiln__graph_create(64, &g));
+    kiln_tensor *y = attention_subgraph(g, q, k, v, mask);
+    void *arena = graph_run(g, 1, &s);
+    CHECK_OK(s);
+    for (int t = 0; arena && t < WIN_T; t++)
+        for (int h = 0; h < WIN_HQ; h++) {
+            int hk = h / (WIN_HQ / WIN_HKV), pos = WIN_N_PAST + t; /* sees keys pos - W + 1 .. pos */
+            double sc[W], mx = -INFINITY, sum = 0;
+            for (int j = 0; j < W; j++) {
+                sc[j] = 0;
+                for (int i = 0; i < WIN_D; i++)
+                    sc[j] += (double)q[(t * WIN_HQ + h) * WIN_D + i] * k[((pos - W + 1 + j) * WIN_HKV + hk) * WIN_D + i];
+                sc[j] *= 0.35;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j < W; j++) sum += exp(sc[j] - mx);
+            for (int i = 0; i < WIN_D; i++) {
+                double acc = 0;
+                for (int j = 0; j < W; j++) acc += exp(sc[j] - mx) / sum * v[((pos - W + 1 + j) * WIN_HKV + hk) * WIN_D + i];
+                CHECK_NEAR(((float *)y->data)[(t * WIN_HQ + h) * WIN_D + i], acc, 1e-5);
+            }
+        }
+    free(arena);
+    kiln__graph_destroy(g);
 }
 
 static bool graph_has_op(kiln_graph *g, kiln_op op) {
@@ -342,19 +368,40 @@ static bool graph_has_op(kiln_graph *g, kiln_op op) {
     return false;
 }
 
-static void fuse_attention_leaves_a_windowed_mask_alone(void) {
-    static float q[8 * 4 * 3], k[8 * 2 * 7], v[8 * 2 * 7];
+/* With or without a window the plain form becomes one attention node, and computes the same. */
+static void fuse_attention_fuses_a_windowed_mask(void) {
+    static float q[WIN_D * WIN_HQ * WIN_T], k[WIN_D * WIN_HKV * WIN_L], v[WIN_D * WIN_HKV * WIN_L], mask[WIN_L * WIN_T];
+    static float plain[WIN_D * WIN_HQ * WIN_T];
     kiln_pass_env env = {NULL, NULL};
+    fill_random(q, KILN__ARRAY_LEN(q), 8);
+    fill_random(k, KILN__ARRAY_LEN(k), 9);
+    fill_random(v, KILN__ARRAY_LEN(v), 10);
     for (int32_t window = 0; window <= 2; window += 2) {
-        kiln_graph *g = NULL;
-        int32_t n = 0;
-        CHECK_OK(kiln__graph_create(128, &g));
-        attention_subgraph(g, window, q, k, v);
-        CHECK_OK(kiln__graph_order(g));
-        CHECK_OK(kiln__pass_fuse_attention(g, &env, &n));
-        CHECK_EQ_INT(n, window == 0 ? 1 : 0);
-        CHECK(graph_has_op(g, KILN_OP_ATTENTION) == (window == 0));
-        kiln__graph_destroy(g);
+        fill_window_mask(mask, window);
+        for (int fuse = 0; fuse < 2; fuse++) {
+            kiln_graph *g = NULL;
+            kiln_status s;
+            int32_t n = 0;
+            CHECK_OK(kiln__graph_create(128, &g));
+            kiln_tensor *y = attention_subgraph(g, q, k, v, mask);
+            CHECK_OK(kiln__graph_order(g));
+            if (fuse) {
+                CHECK_OK(kiln__pass_fuse_attention(g, &env, &n));
+                CHECK_EQ_INT(n, 1);
+                CHECK(graph_has_op(g, KILN_OP_ATTENTION) && !graph_has_op(g, KILN_OP_SOFTMAX));
+                y = kiln__graph_output(g, 0);
+            }
+            void *arena = graph_run(g, 2, &s);
+            CHECK_OK(s);
+            for (int i = 0; arena && i < WIN_D * WIN_HQ * WIN_T; i++) {
+                float yi = *(float *)((char *)y->data + (i % WIN_D) * y->nb[0] + (i / WIN_D % WIN_HQ) * y->nb[1] +
+                                      (i / (WIN_D * WIN_HQ)) * y->nb[2]);
+                if (!fuse) plain[i] = yi;
+                else CHECK_NEAR(yi, plain[i], 1e-5);
+            }
+            free(arena);
+            kiln__graph_destroy(g);
+        }
     }
 }
 
@@ -375,6 +422,6 @@ int main(void) {
     RUN(rope_divides_each_pair_frequency_by_its_factor);
     RUN(rope_factors_of_the_wrong_length_are_a_builder_error);
     RUN(the_window_mask_hides_keys_older_than_the_window);
-    RUN(fuse_attention_leaves_a_windowed_mask_alone);
+    RUN(fuse_attention_fuses_a_windowed_mask);
     return harness_finish();
 }

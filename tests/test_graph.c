@@ -50,10 +50,10 @@ static void each_op_rejects_wrong_types_and_shapes(void) {
     } cases[] = {
         {"rms_norm: operand must be f32", 0},      {"add: second operand does not broadcast", 1},
         {"rope: n_rot must be even", 2},           {"rope: positions must be i32", 3},
-        {"attention: query heads are not a multiple", 4}, {"attention: queries reach past the last key", 5},
+        {"attention: query heads are not a multiple", 4}, {"attention: mask must be f32 [C, T]", 5},
         {"reshape needs a source whose layout allows the new shape", 6},
         {"view reaches outside its base", 7},      {"cache_write: destination must be a 2-D f32, f16 or q8_0 cache leaf", 8},
-        {"cache_write: rows reach past the cache", 9}, {"permute: axes (0, 0, 1, 2) are not a permutation", 10},
+        {"cache_write: cell indices must be i32 [T]", 9}, {"permute: axes (0, 0, 1, 2) are not a permutation", 10},
         {"matmul: weight batch dims do not broadcast", 11}, {"graph is full", 12},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -67,8 +67,14 @@ static void each_op_rejects_wrong_types_and_shapes(void) {
         case 1: kiln__add(g, f, leaf(g, "b", KILN_TYPE_F32, 2, 3, 4, 1)); break;
         case 2: kiln__rope(g, f, pos, 3, KILN_ROPE_NORMAL, 10000.0f, 1.0f); break;
         case 3: kiln__rope(g, f, leaf(g, "p", KILN_TYPE_I32, 1, 2, 1, 1), 8, KILN_ROPE_NORMAL, 1e4f, 1.0f); break;
-        case 4: kiln__attention(g, f, leaf(g, "k", KILN_TYPE_F32, 3, 8, 3, 5), leaf(g, "v", KILN_TYPE_F32, 3, 8, 3, 5), 0, 1.0f); break;
-        case 5: kiln__attention(g, f, leaf(g, "k", KILN_TYPE_F32, 3, 8, 2, 5), leaf(g, "v", KILN_TYPE_F32, 3, 8, 2, 5), 3, 1.0f); break;
+        case 4:
+            kiln__attention(g, f, leaf(g, "k", KILN_TYPE_F32, 3, 8, 3, 5), leaf(g, "v", KILN_TYPE_F32, 3, 8, 3, 5),
+                            leaf(g, "mask", KILN_TYPE_F32, 2, 5, 3, 1), 1.0f);
+            break;
+        case 5: /* a mask for 2 queries where q has 3 */
+            kiln__attention(g, f, leaf(g, "k", KILN_TYPE_F32, 3, 8, 2, 5), leaf(g, "v", KILN_TYPE_F32, 3, 8, 2, 5),
+                            leaf(g, "mask", KILN_TYPE_F32, 2, 5, 2, 1), 1.0f);
+            break;
         case 6: kiln__reshape_2d(g, f, 8, 5); break;
         case 7: {
             int64_t ne[2] = {8, 4};
@@ -76,10 +82,10 @@ static void each_op_rejects_wrong_types_and_shapes(void) {
             kiln__view(g, f, 2, ne, nb, 3 * 32 * 4);
             break;
         }
-        case 8: kiln__cache_write(g, f, leaf(g, "x", KILN_TYPE_F32, 2, 8, 1, 1), 0); break;
+        case 8: kiln__cache_write(g, f, leaf(g, "x", KILN_TYPE_F32, 2, 8, 1, 1), leaf(g, "idx", KILN_TYPE_I32, 1, 1, 1, 1)); break;
         case 9: {
             kiln_tensor *cache = kiln__graph_leaf(g, "cache", KILN_TYPE_F32, 2, ne_c, buf, KILN_TENSOR_CACHE);
-            kiln__cache_write(g, cache, leaf(g, "x", KILN_TYPE_F32, 2, 32, 3, 1), 2);
+            kiln__cache_write(g, cache, leaf(g, "x", KILN_TYPE_F32, 2, 32, 3, 1), leaf(g, "idx", KILN_TYPE_I32, 1, 2, 1, 1));
             break;
         }
         case 10: kiln__permute(g, f, 0, 0, 1, 2); break;

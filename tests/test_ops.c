@@ -98,6 +98,25 @@ static void rms_norm_silu_and_softmax_match_the_reference(void) {
     }
 }
 
+/* A row that is all -inf (the scores of a query that may see no key) gives zeros, not NaN; a row with
+ * one finite entry gives a one-hot row. */
+static kiln_tensor *build_softmax_masked(kiln_graph *g, void *user) {
+    return kiln__softmax(g, leaf_f32(g, "x", 2, 5, 3, 1, 1, user), 1.0f);
+}
+
+static void softmax_of_a_row_that_is_all_minus_infinity_is_zeros(void) {
+    static float x[15], out[15];
+    static double ref[15];
+    for (int i = 0; i < 15; i++) x[i] = i < 5 ? -INFINITY : i < 10 ? (i == 7 ? 0.5f : -INFINITY) : 0.1f * (float)i;
+    run_all_threads(build_softmax_masked, x, out, 15);
+    for (int i = 0; i < 15; i++) ref[i] = i < 5 ? 0.0 : i < 10 ? (i == 7 ? 1.0 : 0.0) : 0.0;
+    double sum = 0;
+    for (int i = 10; i < 15; i++) sum += exp(0.1 * i);
+    for (int i = 10; i < 15; i++) ref[i] = exp(0.1 * i) / sum;
+    check_close(out, ref, 15, TOL, "softmax of masked rows");
+    for (int i = 0; i < 5; i++) CHECK(out[i] == 0.0f);
+}
+
 /* ---- add and mul with broadcasting ---- */
 typedef struct binary_case {
     float a[13 * 7 * 3 * 2], b[13 * 7 * 3 * 2];
@@ -298,6 +317,38 @@ static void rope_rotates_normal_and_neox_pairs_with_partial_rotary(void) {
 }
 
 /* ---- attention ---- */
+/* The mask of both attention tests: two sequences in one batch, over interleaved cells (sequence t % 2
+ * owns the cells j with j % 2 == t % 2), causal by cell (query t sees its sequence's cells up to
+ * C - T + t), with a finite penalty on every third cell; query 3 is a padding token that sees nothing. */
+static float batch_mask(int t, int j, int T, int C) {
+    if (t == 3 || j % 2 != t % 2 || j > C - T + t) return -INFINITY;
+    return j % 3 == 0 ? -0.25f : 0.0f;
+}
+
+/* Double-precision attention: k and v as rows of Hkv * D per cell (the layout of both [D, Hkv, C] and
+ * cache rows [Hkv * D, C]); a query that sees no key gives zeros. */
+static void attention_ref(const float *q, const float *k, const float *v, const float *mask, int D, int Hq, int Hkv,
+                          int T, int C, double scale, double *out) {
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hq; h++) {
+            int hk = h / (Hq / Hkv);
+            double s[64], mx = -INFINITY, sum = 0;
+            for (int j = 0; j < C; j++) {
+                double dot = 0;
+                for (int i = 0; i < D; i++) dot += (double)q[(t * Hq + h) * D + i] * k[(j * Hkv + hk) * D + i];
+                s[j] = mask[t * C + j] == -INFINITY ? -INFINITY : dot * scale + mask[t * C + j];
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < C; j++) sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+            for (int i = 0; i < D; i++) {
+                double acc = 0;
+                for (int j = 0; j < C; j++)
+                    if (s[j] != -INFINITY) acc += exp(s[j] - mx) / sum * v[(j * Hkv + hk) * D + i];
+                out[(t * Hq + h) * D + i] = acc;
+            }
+        }
+}
+
 #define AD 8
 #define AHQ 6
 #define AHK 2
@@ -305,41 +356,29 @@ static void rope_rotates_normal_and_neox_pairs_with_partial_rotary(void) {
 #define AL 9
 
 typedef struct attn_case {
-    float q[AD * AHQ * AT], k[AD * AHK * AL], v[AD * AHK * AL];
+    float q[AD * AHQ * AT], k[AD * AHK * AL], v[AD * AHK * AL], mask[AL * AT];
 } attn_case;
 
 static kiln_tensor *build_attention(kiln_graph *g, void *user) {
     attn_case *c = user;
     return kiln__attention(g, leaf_f32(g, "q", 3, AD, AHQ, AT, 1, c->q), leaf_f32(g, "k", 3, AD, AHK, AL, 1, c->k),
-                           leaf_f32(g, "v", 3, AD, AHK, AL, 1, c->v), AL - AT, 0.35f);
+                           leaf_f32(g, "v", 3, AD, AHK, AL, 1, c->v), leaf_f32(g, "mask", 2, AL, AT, 1, 1, c->mask),
+                           0.35f);
 }
 
-static void attention_is_causal_with_grouped_query_heads(void) {
+static void attention_applies_the_mask_with_grouped_query_heads(void) {
     static attn_case c;
     static float out[AD * AHQ * AT];
     static double ref[AD * AHQ * AT];
     fill_random(c.q, sizeof c.q / 4, 6);
     fill_random(c.k, sizeof c.k / 4, 7);
     fill_random(c.v, sizeof c.v / 4, 8);
-    run_all_threads(build_attention, &c, out, AD * AHQ * AT);
     for (int t = 0; t < AT; t++)
-        for (int h = 0; h < AHQ; h++) {
-            int hk = h / (AHQ / AHK), n_keys = AL - AT + t + 1;
-            double s[AL], mx = -INFINITY, sum = 0;
-            for (int j = 0; j < n_keys; j++) {
-                s[j] = 0;
-                for (int i = 0; i < AD; i++) s[j] += (double)c.q[(t * AHQ + h) * AD + i] * c.k[(j * AHK + hk) * AD + i];
-                s[j] *= 0.35;
-                mx = fmax(mx, s[j]);
-            }
-            for (int j = 0; j < n_keys; j++) sum += exp(s[j] - mx);
-            for (int i = 0; i < AD; i++) {
-                double acc = 0;
-                for (int j = 0; j < n_keys; j++) acc += exp(s[j] - mx) / sum * c.v[(j * AHK + hk) * AD + i];
-                ref[(t * AHQ + h) * AD + i] = acc;
-            }
-        }
+        for (int j = 0; j < AL; j++) c.mask[t * AL + j] = batch_mask(t, j, AT, AL);
+    run_all_threads(build_attention, &c, out, AD * AHQ * AT);
+    attention_ref(c.q, c.k, c.v, c.mask, AD, AHQ, AHK, AT, AL, 0.35, ref);
     check_close(out, ref, AD * AHQ * AT, TOL, "attention");
+    for (int i = 3 * AHQ * AD; i < 4 * AHQ * AD; i++) CHECK(out[i] == 0.0f); /* the padding token */
 }
 
 /* ---- views and cont ---- */
@@ -384,24 +423,55 @@ static void views_alias_their_base_and_cont_copies_them_densely(void) {
 }
 
 /* ---- cache_write ---- */
-static float cache_data[6 * 10];
+/* Rows of x [32, 4] into cells 7, -, 2, 5 of a [32, 10] cache (row 1 is padding: index -1), for each
+ * cache type; the result read back as floats through cast. */
+#define CW 32
+#define CC 10
+#define CT 4
+
+typedef struct cache_case {
+    kiln_type type;
+    float x[CW * CT];
+    int32_t idx[CT];
+    unsigned char cache[CC * CW * 4];
+} cache_case;
 
 static kiln_tensor *build_cache(kiln_graph *g, void *user) {
-    float *x = user;
-    int64_t ne[2] = {6, 10};
-    kiln_tensor *cache = kiln__graph_leaf(g, "cache", KILN_TYPE_F32, 2, ne, cache_data, KILN_TENSOR_CACHE);
-    return kiln__cont(g, kiln__cache_write(g, cache, leaf_f32(g, "x", 2, 6, 3, 1, 1, x), 4));
+    cache_case *c = user;
+    int64_t ne[2] = {CW, CC}, ne_idx[1] = {CT};
+    kiln_tensor *cache = kiln__graph_leaf(g, "cache", c->type, 2, ne, c->cache, KILN_TENSOR_CACHE);
+    kiln_tensor *idx = kiln__graph_leaf(g, "idx", KILN_TYPE_I32, 1, ne_idx, c->idx, KILN_TENSOR_INPUT);
+    return kiln__cast(g, kiln__cache_write(g, cache, leaf_f32(g, "x", 2, CW, CT, 1, 1, c->x), idx));
 }
 
-static void cache_write_writes_rows_at_the_position_and_yields_the_whole_cache(void) {
-    static float x[18], out[6 * 10];
-    static double ref[6 * 10];
-    fill_random(x, 18, 11);
-    for (int i = 0; i < 60; i++) cache_data[i] = (float)i;
-    run_all_threads(build_cache, x, out, 6 * 10);
-    for (int r = 0; r < 10; r++)
-        for (int i = 0; i < 6; i++) ref[r * 6 + i] = r >= 4 && r < 7 ? x[(r - 4) * 6 + i] : r * 6 + i;
-    check_close(out, ref, 60, 0, "cache"); /* rows outside [4, 7) are untouched */
+static void cache_write_puts_each_row_in_its_cell_and_skips_padding_rows(void) {
+    static const kiln_type types[3] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_Q8_0};
+    static const int32_t idx[CT] = {7, -1, 2, 5};
+    static cache_case c;
+    static float init[CW * CC], stored[CW], out[CW * CC];
+    static double ref[CW * CC];
+    fill_random(c.x, CW * CT, 11);
+    for (int i = 0; i < CW * CC; i++) init[i] = 0.01f * (float)i;
+    memcpy(c.idx, idx, sizeof idx);
+    for (int ti = 0; ti < 3; ti++) {
+        size_t row;
+        c.type = types[ti];
+        CHECK_OK(kiln_type_row_bytes(c.type, CW, &row));
+        for (int j = 0; j < CC; j++) CHECK_OK(kiln_quantize_row(c.type, init + j * CW, c.cache + j * row, CW));
+        for (int j = 0; j < CC; j++) { /* untouched cells keep what they held */
+            CHECK_OK(kiln_dequantize(c.type, c.cache + j * row, stored, CW));
+            for (int i = 0; i < CW; i++) ref[j * CW + i] = stored[i];
+        }
+        for (int r = 0; r < CT; r++) { /* written cells hold the row as the cache type stores it */
+            unsigned char q[CW * 4];
+            if (idx[r] < 0) continue;
+            CHECK_OK(kiln_quantize_row(c.type, c.x + r * CW, q, CW));
+            CHECK_OK(kiln_dequantize(c.type, q, stored, CW));
+            for (int i = 0; i < CW; i++) ref[idx[r] * CW + i] = stored[i];
+        }
+        run_all_threads(build_cache, &c, out, CW * CC);
+        check_close(out, ref, CW * CC, 0, kiln__type_name(c.type));
+    }
 }
 
 /* ---- attention over f16 / q8_0 cache rows ---- */
@@ -413,7 +483,7 @@ static void cache_write_writes_rows_at_the_position_and_yields_the_whole_cache(v
 
 typedef struct rows_attn_case {
     kiln_type type;
-    float q[RD * RHQ * RT];
+    float q[RD * RHQ * RT], mask[RL * RT];
     unsigned char k[RL * RD * RHK * 4], v[RL * RD * RHK * 4];
 } rows_attn_case;
 
@@ -422,10 +492,11 @@ static kiln_tensor *build_rows_attention(kiln_graph *g, void *user) {
     int64_t ne[2] = {RD * RHK, RL};
     kiln_tensor *k = kiln__graph_leaf(g, "k", c->type, 2, ne, c->k, 0);
     kiln_tensor *v = kiln__graph_leaf(g, "v", c->type, 2, ne, c->v, 0);
-    return kiln__attention(g, leaf_f32(g, "q", 3, RD, RHQ, RT, 1, c->q), k, v, RL - RT, 0.35f);
+    return kiln__attention(g, leaf_f32(g, "q", 3, RD, RHQ, RT, 1, c->q), k, v, leaf_f32(g, "mask", 2, RL, RT, 1, 1, c->mask),
+                           0.35f);
 }
 
-static void attention_reads_f16_and_q8_0_cache_rows_in_place(void) {
+static void attention_reads_f16_and_q8_0_cache_rows_in_place_under_a_mask(void) {
     static rows_attn_case c;
     static float out[RD * RHQ * RT], kf[RL * RD * RHK], vf[RL * RD * RHK];
     static double ref[RD * RHQ * RT];
@@ -443,24 +514,12 @@ static void attention_reads_f16_and_q8_0_cache_rows_in_place(void) {
             CHECK_OK(kiln_dequantize(c.type, c.k + j * row, kf + j * RD * RHK, RD * RHK)); /* what is stored */
             CHECK_OK(kiln_dequantize(c.type, c.v + j * row, vf + j * RD * RHK, RD * RHK));
         }
-        run_all_threads(build_rows_attention, &c, out, RD * RHQ * RT);
         for (int t = 0; t < RT; t++)
-            for (int h = 0; h < RHQ; h++) {
-                int hk = h / (RHQ / RHK), n_keys = RL - RT + t + 1;
-                double sc[RL], mx = -INFINITY, sum = 0;
-                for (int j = 0; j < n_keys; j++) {
-                    sc[j] = 0;
-                    for (int i = 0; i < RD; i++) sc[j] += (double)c.q[(t * RHQ + h) * RD + i] * kf[j * RD * RHK + hk * RD + i];
-                    sc[j] *= 0.35;
-                    mx = fmax(mx, sc[j]);
-                }
-                for (int j = 0; j < n_keys; j++) sum += exp(sc[j] - mx);
-                for (int i = 0; i < RD; i++) {
-                    double acc = 0;
-                    for (int j = 0; j < n_keys; j++) acc += exp(sc[j] - mx) / sum * vf[j * RD * RHK + hk * RD + i];
-                    ref[(t * RHQ + h) * RD + i] = acc;
-                }
-            }
+            for (int j = 0; j < RL; j++) c.mask[t * RL + j] = j <= RL - RT + t ? 0.0f : -INFINITY; /* causal */
+        c.mask[1 * RL + 0] = -INFINITY; /* query 1 also hides cell 0, query 2 weighs cell 1 down */
+        c.mask[2 * RL + 1] = -1.0f;
+        run_all_threads(build_rows_attention, &c, out, RD * RHQ * RT);
+        attention_ref(c.q, kf, vf, c.mask, RD, RHQ, RHK, RT, RL, 0.35, ref);
         check_close(out, ref, RD * RHQ * RT, TOL, kiln__type_name(c.type));
     }
 }
@@ -504,10 +563,11 @@ int main(void) {
     RUN(matmul_matches_the_reference_for_every_weight_type);
     RUN(get_rows_dequantizes_the_selected_rows);
     RUN(rope_rotates_normal_and_neox_pairs_with_partial_rotary);
-    RUN(attention_is_causal_with_grouped_query_heads);
+    RUN(softmax_of_a_row_that_is_all_minus_infinity_is_zeros);
+    RUN(attention_applies_the_mask_with_grouped_query_heads);
     RUN(views_alias_their_base_and_cont_copies_them_densely);
-    RUN(cache_write_writes_rows_at_the_position_and_yields_the_whole_cache);
+    RUN(cache_write_puts_each_row_in_its_cell_and_skips_padding_rows);
     RUN(set_and_acc_replace_or_add_into_a_region);
-    RUN(attention_reads_f16_and_q8_0_cache_rows_in_place);
+    RUN(attention_reads_f16_and_q8_0_cache_rows_in_place_under_a_mask);
     return harness_finish();
 }

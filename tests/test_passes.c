@@ -2,14 +2,15 @@
  * test_passes.c - each graph pass on a hand-built graph: the rewrite happens (the fused op appears, the
  * pattern's nodes are gone) and the outputs are unchanged: bit for bit where the fused kernel keeps the
  * arithmetic order, within 1e-6 relative where it reassociates (gelu), and within 1e-5 relative where a
- * matmul becomes a linear or the attention subgraph one attention node (kernels may sum a dot product
- * in another order). Also the pass-list syntax.
+ * matmul becomes a linear or the masked attention subgraph one attention node (kernels may sum a dot
+ * product in another order). Also the pass-list syntax.
  */
 #include "harness.h"
 #include "graph_run.h"
 
 #include "graph/passes/passes.h"
 #include "plan/const_store.h"
+#include "tensor/types.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -123,18 +124,91 @@ static void absorb_turns_scales_and_transposes_into_linear_flags(void) {
     check_pass("absorb", build_absorb, KILN_OP_LINEAR, KILN_OP_CONT, 1e-5);
 }
 
-static kiln_tensor *build_attention(kiln_graph *g) {
-    const int D = 8, Hq = 4, Hkv = 2, T = 3, L = 7, n_past = 2;
-    kiln_tensor *q = leaf(g, "q", A, 3, D, Hq, T, KILN_TENSOR_INPUT);
-    kiln_tensor *k = leaf(g, "k", B, 3, D, Hkv, L, KILN_TENSOR_INPUT);
-    kiln_tensor *v = leaf(g, "v", C, 3, D, Hkv, L, KILN_TENSOR_INPUT);
-    kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, k, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3));
-    kiln_tensor *p = kiln__softmax(g, kiln__diag_mask_inf(g, kiln__scale(g, kq, 0.35f, 0.0f), n_past), 1.0f);
-    kiln_tensor *kqv = kiln__matmul(g, kiln__cont(g, kiln__permute(g, v, 1, 2, 0, 3)), p);
-    return kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));
+/* The plain attention form the model builders emit, D = 16, Hq = 4, Hkv = 2, T = 3 queries over C = 7
+ * cells, under the mask Mask [C, T]:
+ *   softmax(scale(K^T Q) + mask) V, with K and V [D, Hkv, C] (F32, or reshaped casts of cache rows). */
+enum { AD = 16, AHQ = 4, AHKV = 2, AT = 3, AC = 7 };
+static float Mask[AC * AT];
+static unsigned char Kc[AC * AD * AHKV * 2], Vc[AC * AD * AHKV * 2]; /* cache rows [Hkv * D, C] */
+static kiln_type cache_type = KILN_TYPE_F32;
+
+static kiln_tensor *attention_form(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask) {
+    kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, k, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3)); /* [C, T, Hq] */
+    kiln_tensor *p = kiln__softmax(g, kiln__add(g, kiln__scale(g, kq, 0.25f, 0.0f), mask), 1.0f);
+    kiln_tensor *kqv = kiln__matmul(g, kiln__cont(g, kiln__permute(g, v, 1, 2, 0, 3)), p);              /* [D, T, Hq] */
+    return kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));                                            /* [D, Hq, T] */
 }
-static void fuse_attention_replaces_the_score_subgraph(void) {
-    check_pass("fuse_attention", build_attention, KILN_OP_ATTENTION, KILN_OP_SOFTMAX, 1e-5);
+
+static kiln_tensor *build_attention(kiln_graph *g) {
+    kiln_tensor *q = leaf(g, "q", A, 3, AD, AHQ, AT, KILN_TENSOR_INPUT);
+    kiln_tensor *mask = leaf(g, "mask", Mask, 2, AC, AT, 1, KILN_TENSOR_INPUT);
+    if (cache_type == KILN_TYPE_F32)
+        return attention_form(g, q, leaf(g, "k", B, 3, AD, AHKV, AC, KILN_TENSOR_INPUT),
+                              leaf(g, "v", C, 3, AD, AHKV, AC, KILN_TENSOR_INPUT), mask);
+    int64_t ne[2] = {AD * AHKV, AC};
+    kiln_tensor *kc = kiln__graph_leaf(g, "k_cache", cache_type, 2, ne, Kc, KILN_TENSOR_CACHE);
+    kiln_tensor *vc = kiln__graph_leaf(g, "v_cache", cache_type, 2, ne, Vc, KILN_TENSOR_CACHE);
+    return attention_form(g, q, kiln__reshape_3d(g, kiln__cast(g, kc), AD, AHKV, AC),
+                          kiln__reshape_3d(g, kiln__cast(g, vc), AD, AHKV, AC), mask);
+}
+
+/* Masks: plain causal; two sequences interleaved over the cells with a padding query that sees nothing
+ * (softmax of an all -inf row is zeros, as the fused kernel gives); a sliding window of 2 with finite
+ * penalties. */
+static void fill_mask(int kind) {
+    for (int t = 0; t < AT; t++)
+        for (int j = 0; j < AC; j++) {
+            int pos = AC - AT + t;
+            bool visible = kind == 0   ? j <= pos
+                           : kind == 1 ? t != 1 && j % 2 == t % 2 && j <= pos
+                                       : j <= pos && j > pos - 2;
+            Mask[t * AC + j] = !visible ? -INFINITY : kind == 2 ? -0.5f * (float)(pos - j) : 0.0f;
+        }
+}
+
+static void fuse_attention_replaces_the_masked_score_subgraph(void) {
+    for (int kind = 0; kind < 3; kind++) {
+        fill_mask(kind);
+        check_pass("fuse_attention", build_attention, KILN_OP_ATTENTION, KILN_OP_SOFTMAX, 1e-5);
+    }
+}
+
+/* With an F16 or Q8_0 cache the attention node takes the cache rows, and no cast is left. */
+static void fuse_attention_reads_f16_and_q8_0_cache_rows_in_place(void) {
+    static const kiln_type types[2] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
+    fill_mask(1);
+    for (int ti = 0; ti < 2; ti++) {
+        size_t rb;
+        cache_type = types[ti];
+        CHECK_OK(kiln_type_row_bytes(cache_type, AD * AHKV, &rb));
+        for (int j = 0; j < AC; j++) {
+            CHECK_OK(kiln_quantize_row(cache_type, B + j * AD * AHKV, Kc + (size_t)j * rb, AD * AHKV));
+            CHECK_OK(kiln_quantize_row(cache_type, C + j * AD * AHKV, Vc + (size_t)j * rb, AD * AHKV));
+        }
+        check_pass("fuse_attention", build_attention, KILN_OP_ATTENTION, KILN_OP_CAST, 1e-5);
+    }
+    cache_type = KILN_TYPE_F32;
+}
+
+/* Every layer reads the same mask input: each layer's subgraph fuses. */
+static void fuse_attention_fuses_every_layer_that_shares_one_mask(void) {
+    kiln_graph *g;
+    kiln_pipeline_stats st;
+    int32_t n_att = 0;
+    fill_mask(0);
+    CHECK_OK(kiln__graph_create(128, &g));
+    kiln_tensor *mask = leaf(g, "mask", Mask, 2, AC, AT, 1, KILN_TENSOR_INPUT);
+    kiln_tensor *q = leaf(g, "q", A, 3, AD, AHQ, AT, KILN_TENSOR_INPUT);
+    kiln_tensor *k = leaf(g, "k", B, 3, AD, AHKV, AC, KILN_TENSOR_INPUT), *v = leaf(g, "v", C, 3, AD, AHKV, AC, KILN_TENSOR_INPUT);
+    kiln_tensor *h = attention_form(g, q, k, v, mask);
+    kiln__graph_set_output(g, attention_form(g, h, k, v, mask));
+    CHECK_OK(kiln__graph_status(g));
+    CHECK_OK(kiln__graph_order(g));
+    CHECK_OK(kiln__pipeline_run(g, NULL, 1u << pass_index("fuse_attention"), true, &st));
+    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) n_att += kiln__graph_node(g, i)->op == KILN_OP_ATTENTION;
+    CHECK_EQ_INT(n_att, 2);
+    CHECK(!has_op(g, KILN_OP_SOFTMAX));
+    kiln__graph_destroy(g);
 }
 
 static kiln_tensor *build_gelu(kiln_graph *g) { return kiln__gelu_unfused(g, leaf(g, "x", A, 2, 40, 3, 1, KILN_TENSOR_INPUT)); }
@@ -250,7 +324,9 @@ int main(void) {
     RUN(const_fold_evaluates_constant_subgraphs_once);
     RUN(simplify_collapses_view_chains_and_drops_identity_copies);
     RUN(absorb_turns_scales_and_transposes_into_linear_flags);
-    RUN(fuse_attention_replaces_the_score_subgraph);
+    RUN(fuse_attention_replaces_the_masked_score_subgraph);
+    RUN(fuse_attention_reads_f16_and_q8_0_cache_rows_in_place);
+    RUN(fuse_attention_fuses_every_layer_that_shares_one_mask);
     RUN(fuse_gelu_recognizes_the_tanh_approximation);
     RUN(fuse_qkv_merges_three_projections_of_one_input);
     RUN(fuse_qkv_leaves_projections_whose_readers_need_whole_rows);

@@ -7,6 +7,10 @@
  * parameters. View ops (reshape, view, permute, transpose) compute nothing; their result aliases their
  * source's bytes at an offset. Everything else gets memory from the plan (see plan/plan.h).
  *
+ * Nothing that changes from one run to the next is a parameter: token positions (rope), the cache cells a
+ * batch writes (cache_write) and the attention mask are input tensors, so a planned graph is reused by
+ * filling its inputs.
+ *
  * Shapes follow the ggml convention: ne[0] is the innermost (contiguous) dimension, nb[d] is the byte
  * stride of dimension d, and unused dimensions have ne = 1. A matrix of N rows of K elements is [K, N].
  *
@@ -43,25 +47,26 @@ typedef enum kiln_op {
     KILN_OP_ROPE,         /* src0 F32 [D, H, T], src1 positions I32 [T] -> rotated; i[0] = n_rot,
                            * i[1] = mode (KILN_ROPE_NORMAL / KILN_ROPE_NEOX), f[0] = base, f[1] = scale;
                            * optional src2 F32 [n_rot / 2]: per-pair frequency divisors (Llama 3) */
-    KILN_OP_ATTENTION,    /* src0 q [D, Hq, T], src1 k [D, Hkv, L], src2 v [D, Hkv, L], all F32, Hq % Hkv
-                           * == 0 -> [D, Hq, T]; causal: query t sees keys j <= i[0] + t; f[0] = scale.
-                           * K and V may instead be F16 or Q8_0 cache rows [Hkv * D, L], read in place */
+    KILN_OP_ATTENTION,    /* src0 q [D, Hq, T], src1 k [D, Hkv, C], src2 v [D, Hkv, C], all F32, Hq % Hkv
+                           * == 0 -> [D, Hq, T]; src3 mask F32 [C, T] contiguous, additive: softmax over j
+                           * of f[0] * q_t.k_j + mask[t][j]; -inf hides key j from query t, and a query
+                           * that sees no key outputs zeros. K and V may instead be F16 or Q8_0 cache rows
+                           * [Hkv * D, C], read in place */
     KILN_OP_SILU,         /* src0 F32 -> x * sigmoid(x) */
-    KILN_OP_SOFTMAX,      /* src0 F32 -> softmax(f[0] * x) along dim 0 */
+    KILN_OP_SOFTMAX,      /* src0 F32 -> softmax(f[0] * x) along dim 0; a row that is all -inf gives zeros */
     KILN_OP_RESHAPE,      /* view: same elements, new shape; strides derived from the source's when
                            * the source is not contiguous but the regrouping allows it */
     KILN_OP_VIEW,         /* view: new shape and strides at a byte offset into src */
     KILN_OP_PERMUTE,      /* view: dims reordered; i[0..3] = where each src dim goes */
     KILN_OP_TRANSPOSE,    /* view: dims 0 and 1 swapped */
     KILN_OP_CONT,         /* src0 any F32 layout -> contiguous copy */
-    KILN_OP_CACHE_WRITE,  /* src0 F32 [W, T] written into rows [i[0], i[0] + T) of src1, a cache leaf
-                           * [W, C] of type F32, F16 or Q8_0 (rows converted); the result is a view of the
-                           * whole cache [W, C] */
+    KILN_OP_CACHE_WRITE,  /* src0 F32 [W, T]: row r written into row (cell) idx[r] of src1, a cache leaf
+                           * [W, C] of type F32, F16 or Q8_0 (rows converted); src2 idx I32 [T] contiguous,
+                           * distinct cells, idx[r] < 0 skips row r (padding). The result is a view of
+                           * the whole cache [W, C] */
     KILN_OP_SCALE,        /* src0 F32 -> f[0] * x + f[1] */
     KILN_OP_TANH,         /* src0 F32 -> tanh(x) */
     KILN_OP_RELU,         /* src0 F32 -> max(x, 0) */
-    KILN_OP_DIAG_MASK_INF,/* src0 F32 [L, T, ...] -> x, with element (j, t) = -inf where j > i[0] + t, and
-                           * with i[1] = W > 0 (sliding window) also where j < i[0] + t - W + 1 */
     KILN_OP_CONCAT,       /* src0..srcN-1 (2 to 4) [K, Ni] of one type -> [K, sum Ni]: the rows of each
                            * source after the rows of the previous one (any type: rows copied as bytes) */
     KILN_OP_CAST,         /* src0 of any supported type (rows contiguous) -> F32 of the same shape */
@@ -91,8 +96,6 @@ enum kiln_tensor_flags {
     KILN_TENSOR_OUTPUT = 1u << 1, /* read by the caller after compute; never overwritten */
     KILN_TENSOR_WEIGHT = 1u << 2, /* model weight (read-only mapping) */
     KILN_TENSOR_CACHE = 1u << 3,  /* persistent state written by the graph (KV cache) */
-    KILN_TENSOR_NPAST = 1u << 4,  /* ip[0] is the KV position of the batch: a run-time argument that the
-                                   * executor sets before each run, so one plan serves every position */
     KILN_TENSOR_CONST = 1u << 5,  /* a constant leaf made by constant folding (owned by the plan) */
 };
 
@@ -148,7 +151,9 @@ kiln_tensor *kiln__mul(kiln_graph *g, kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln__matmul(kiln_graph *g, kiln_tensor *w, kiln_tensor *x);
 kiln_tensor *kiln__rope(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, int32_t n_rot, int32_t mode,
                         float freq_base, float freq_scale);
-kiln_tensor *kiln__attention(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, int32_t pos0,
+/* Attention of q [D, Hq, T] over k, v (F32 [D, Hkv, C], or F16/Q8_0 cache rows [Hkv * D, C]) under the
+ * additive mask F32 [C, T] (0 visible, -inf hidden, other values added to the scaled score). */
+kiln_tensor *kiln__attention(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask,
                              float scale);
 kiln_tensor *kiln__silu(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__softmax(kiln_graph *g, kiln_tensor *x, float scale);
@@ -158,13 +163,11 @@ kiln_tensor *kiln__view(kiln_graph *g, kiln_tensor *x, int32_t n_dims, const int
 kiln_tensor *kiln__permute(kiln_graph *g, kiln_tensor *x, int32_t a0, int32_t a1, int32_t a2, int32_t a3);
 kiln_tensor *kiln__transpose(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__cont(kiln_graph *g, kiln_tensor *x);
-kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, int32_t pos0);
+/* Row r of x [W, T] into cache cell idx[r] (idx I32 [T]; negative: skipped); yields the whole cache. */
+kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, kiln_tensor *idx);
 kiln_tensor *kiln__scale(kiln_graph *g, kiln_tensor *x, float scale, float bias);
 kiln_tensor *kiln__tanh(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__relu(kiln_graph *g, kiln_tensor *x);
-kiln_tensor *kiln__diag_mask_inf(kiln_graph *g, kiln_tensor *x, int32_t n_past);
-/* The causal mask that also hides keys more than `window` positions back (window 0: none). */
-kiln_tensor *kiln__diag_mask_inf_window(kiln_graph *g, kiln_tensor *x, int32_t n_past, int32_t window);
 /* Rope with per-pair frequency divisors `factors` (F32 [n_rot / 2]; NULL: as kiln__rope). */
 kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kiln_tensor *factors, int32_t n_rot,
                             int32_t mode, float freq_base, float freq_scale);

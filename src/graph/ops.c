@@ -22,7 +22,7 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_SOFTMAX] = "softmax",   [KILN_OP_RESHAPE] = "reshape",   [KILN_OP_VIEW] = "view",
     [KILN_OP_PERMUTE] = "permute",   [KILN_OP_TRANSPOSE] = "transpose", [KILN_OP_CONT] = "cont",
     [KILN_OP_CACHE_WRITE] = "cache_write", [KILN_OP_SCALE] = "scale",   [KILN_OP_TANH] = "tanh",
-    [KILN_OP_RELU] = "relu",         [KILN_OP_DIAG_MASK_INF] = "diag_mask_inf", [KILN_OP_CONCAT] = "concat",
+    [KILN_OP_RELU] = "relu",         [KILN_OP_CONCAT] = "concat",
     [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
     [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",           [KILN_OP_CAST] = "cast",
     [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
@@ -157,17 +157,28 @@ bool kiln__is_kv_cache_type(kiln_type type) {
     return type == KILN_TYPE_F32 || type == KILN_TYPE_F16 || type == KILN_TYPE_Q8_0;
 }
 
-/* Attention over F16/Q8_0 cache rows: k and v are [Hkv * D, L], read in place. */
+/* The attention mask: F32 [C, T] contiguous, C keys by T queries. */
+static kiln_status check_mask(const kiln_tensor *t, int64_t C) {
+    const kiln_tensor *q = t->src[0], *mask = t->src[3];
+    if (!mask) return bad(t, "missing mask", q, NULL);
+    if (mask->type != KILN_TYPE_F32 || mask->ne[0] != C || mask->ne[1] != q->ne[2] || mask->ne[2] != 1 ||
+        mask->ne[3] != 1 || !kiln__tensor_is_contiguous(mask))
+        return bad(t, "mask must be f32 [C, T], contiguous, for C keys and T queries", mask, q);
+    return KILN_OK;
+}
+
+/* Attention over F16/Q8_0 cache rows: k and v are [Hkv * D, C], read in place. */
 static kiln_status infer_attention_rows(const kiln_tensor *t, shape *out) {
     const kiln_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     if (!kiln__is_kv_cache_type(k->type) || v->type != k->type) return bad(t, "K and V must be f16 or q8_0 rows", k, v);
     if (memcmp(k->ne, v->ne, sizeof k->ne) || k->ne[2] != 1 || k->ne[3] != 1 || q->ne[3] != 1)
-        return bad(t, "K and V must be [Hkv * D, L] cache rows of one shape", k, v);
+        return bad(t, "K and V must be [Hkv * D, C] cache rows of one shape", k, v);
     if (k->ne[0] % q->ne[0] != 0 || q->ne[1] % (k->ne[0] / q->ne[0]) != 0)
         return bad(t, "cache rows do not hold a whole number of KV heads dividing the query heads", q, k);
     if (k->nb[0] != kiln__type_traits(k->type)->block_bytes || v->nb[0] != k->nb[0] || q->nb[0] != sizeof(float))
         return bad(t, "rows must be contiguous", q, k);
-    if (t->ip[0] < 0 || t->ip[0] + q->ne[2] > k->ne[1]) return bad(t, "queries reach past the last key (pos0 + T > L)", q, k);
+    kiln_status s = check_mask(t, k->ne[1]);
+    if (s) return s;
     shape_of(q, out);
     return KILN_OK;
 }
@@ -183,16 +194,15 @@ static kiln_status infer_attention(const kiln_tensor *t, shape *out) {
     if (k->ne[0] != q->ne[0] || v->ne[0] != q->ne[0]) return bad(t, "head sizes differ", q, k);
     if (k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2]) return bad(t, "K and V shapes differ", k, v);
     if (q->ne[1] % k->ne[1] != 0) return bad(t, "query heads are not a multiple of KV heads", q, k);
-    if (t->ip[0] < 0 || t->ip[0] + q->ne[2] > k->ne[2])
-        return bad(t, "queries reach past the last key (pos0 + T > L)", q, k);
     if (q->nb[0] != sizeof(float) || k->nb[0] != sizeof(float) || v->nb[0] != sizeof(float))
         return bad(t, "head vectors must be contiguous", q, k);
+    if ((s = check_mask(t, k->ne[2]))) return s;
     shape_of(q, out);
     return KILN_OK;
 }
 
 static kiln_status infer_cache_write(const kiln_tensor *t, shape *out) {
-    const kiln_tensor *x = t->src[0], *cache = t->src[1];
+    const kiln_tensor *x = t->src[0], *cache = t->src[1], *idx = t->src[2];
     kiln_status s = need_f32(t, x);
     if (s) return s;
     if (cache->op != KILN_OP_NONE || !(cache->flags & KILN_TENSOR_CACHE) || !kiln__is_kv_cache_type(cache->type) ||
@@ -200,7 +210,9 @@ static kiln_status infer_cache_write(const kiln_tensor *t, shape *out) {
         return bad(t, "destination must be a 2-D f32, f16 or q8_0 cache leaf", cache, NULL);
     if (x->nb[0] != sizeof(float)) return bad(t, "rows must be contiguous", x, NULL);
     if (x->ne[0] != cache->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) return bad(t, "row widths differ", x, cache);
-    if (t->ip[0] < 0 || t->ip[0] + x->ne[1] > cache->ne[1]) return bad(t, "rows reach past the cache", x, cache);
+    if (!idx || idx->type != KILN_TYPE_I32 || idx->ne[0] != x->ne[1] || kiln__tensor_nelements(idx) != idx->ne[0] ||
+        idx->nb[0] != sizeof(int32_t))
+        return bad(t, "cell indices must be i32 [T], contiguous, one per row of x [W, T]", idx ? idx : x, x);
     shape_of(cache, out);
     return KILN_OK;
 }
@@ -285,9 +297,7 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
     case KILN_OP_TANH:
     case KILN_OP_RELU:
     case KILN_OP_GELU:
-    case KILN_OP_DIAG_MASK_INF:
     case KILN_OP_CONT:
-        if (t->op == KILN_OP_DIAG_MASK_INF && t->ip[1] < 0) return bad(t, "window must be >= 0", x, NULL);
         if ((s = need_f32(t, x))) return s;
         if (t->op != KILN_OP_CONT && x->nb[0] != sizeof(float)) return bad(t, "rows must be contiguous", x, NULL);
         shape_of(x, out);
@@ -418,11 +428,22 @@ kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kil
     return make_node(g, KILN_OP_ROPE, x, pos, factors, ip, 2, fp, 2);
 }
 
-kiln_tensor *kiln__attention(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, int32_t pos0,
+kiln_tensor *kiln__attention(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask,
                              float scale) {
+    kiln_tensor proto;
+    NEED(q, KILN_OP_ATTENTION);
     NEED(k, KILN_OP_ATTENTION);
     NEED(v, KILN_OP_ATTENTION);
-    return make_node(g, KILN_OP_ATTENTION, q, k, v, &pos0, 1, &scale, 1);
+    NEED(mask, KILN_OP_ATTENTION);
+    memset(&proto, 0, sizeof proto); /* four sources: built through node_like */
+    proto.op = KILN_OP_ATTENTION;
+    proto.src[0] = q;
+    proto.src[1] = k;
+    proto.src[2] = v;
+    proto.src[3] = mask;
+    proto.fp[0] = scale;
+    snprintf(proto.name, sizeof proto.name, "%s", kiln__op_name(KILN_OP_ATTENTION));
+    return kiln__graph_node_like(g, &proto);
 }
 
 kiln_tensor *kiln__silu(kiln_graph *g, kiln_tensor *x) {
@@ -595,10 +616,11 @@ kiln_tensor *kiln__transpose(kiln_graph *g, kiln_tensor *x) {
     return make_view(g, KILN_OP_TRANSPOSE, x, KILN__MAX(2, x->n_dims), ne, NULL, 0, axes);
 }
 
-kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, int32_t pos0) {
+kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, kiln_tensor *idx) {
     kiln_tensor *t;
     NEED(cache, KILN_OP_CACHE_WRITE);
-    t = make_node(g, KILN_OP_CACHE_WRITE, x, cache, NULL, &pos0, 1, NULL, 0);
+    NEED(idx, KILN_OP_CACHE_WRITE);
+    t = make_node(g, KILN_OP_CACHE_WRITE, x, cache, idx, NULL, 0, NULL, 0);
     if (t) {
         memcpy(t->nb, cache->nb, sizeof t->nb);
         kiln__view_refresh(t);
@@ -621,15 +643,6 @@ kiln_tensor *kiln__tanh(kiln_graph *g, kiln_tensor *x) {
 
 kiln_tensor *kiln__relu(kiln_graph *g, kiln_tensor *x) {
     return make_node(g, KILN_OP_RELU, x, NULL, NULL, NULL, 0, NULL, 0);
-}
-
-kiln_tensor *kiln__diag_mask_inf(kiln_graph *g, kiln_tensor *x, int32_t n_past) {
-    return make_node(g, KILN_OP_DIAG_MASK_INF, x, NULL, NULL, &n_past, 1, NULL, 0);
-}
-
-kiln_tensor *kiln__diag_mask_inf_window(kiln_graph *g, kiln_tensor *x, int32_t n_past, int32_t window) {
-    int32_t ip[2] = {n_past, window};
-    return make_node(g, KILN_OP_DIAG_MASK_INF, x, NULL, NULL, ip, 2, NULL, 0);
 }
 
 kiln_tensor *kiln__norm(kiln_graph *g, kiln_tensor *x, float eps) {

@@ -48,7 +48,7 @@ static bool inplace_op(kiln_op op) {
     switch (op) {
     case KILN_OP_ADD: case KILN_OP_MUL: case KILN_OP_SCALE: case KILN_OP_SILU: case KILN_OP_TANH:
     case KILN_OP_RELU: case KILN_OP_GELU: case KILN_OP_ADD_ACT: case KILN_OP_SWIGLU: case KILN_OP_RMS_NORM:
-    case KILN_OP_RMS_NORM_MUL: case KILN_OP_SOFTMAX: case KILN_OP_DIAG_MASK_INF: case KILN_OP_ROPE:
+    case KILN_OP_RMS_NORM_MUL: case KILN_OP_SOFTMAX: case KILN_OP_ROPE:
     case KILN_OP_SET: case KILN_OP_ACC: case KILN_OP_NORM: return true;
     default: return false;
     }

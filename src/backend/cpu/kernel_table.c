@@ -27,7 +27,6 @@ kiln_cpu_kernel kiln__cpu_kernel(kiln_op op) {
     case KILN_OP_TANH: return kiln__cpu_tanh;
     case KILN_OP_RELU: return kiln__cpu_relu;
     case KILN_OP_GELU: return kiln__cpu_gelu;
-    case KILN_OP_DIAG_MASK_INF: return kiln__cpu_diag_mask_inf;
     case KILN_OP_CONCAT: return kiln__cpu_concat;
     case KILN_OP_LINEAR: return kiln__cpu_linear_fast; /* kiln__cpu_linear when transposed */
     case KILN_OP_ADD_ACT: return kiln__cpu_add_act;

@@ -64,6 +64,11 @@ void kiln__cpu_cache_write(const kiln_cpu_args *a);
 
 static inline int64_t kiln__cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The keys an attention query may see: the first and last entries of its additive mask row m[0..n)
+ * that are not -inf, as [*lo, *hi]; false, with an empty range (hi < lo), when every key is hidden.
+ * Every attention kernel bounds its key loop by this (kernels_attention.c). */
+bool kiln__cpu_mask_range(const float *m, int64_t n, int64_t *lo, int64_t *hi);
+
 /* Attention, flash style (kernels_flash_attention.c); kiln__cpu_attention is its reference. */
 void kiln__cpu_flash_attention(const kiln_cpu_args *a);
 size_t kiln__cpu_flash_attention_scratch_floats(const kiln_tensor *node);
@@ -134,8 +139,9 @@ typedef struct kiln_cpu_isa {
     void (*swiglu_f32)(float *out, const float *g, const float *u, int64_t n); /* silu(g) * u */
     float (*sum_sq_f32)(const float *x, int64_t n);                                 /* sum of x^2 */
     void (*scale_mul_f32)(float *out, float s, const float *x, const float *w, int64_t n); /* (s x) w */
-    /* Attention over F32 K/V with kiln__cpu_flash_attention's contract, or false when it does not take the
-     * node's shape (the generic kernel then runs), and its per-thread scratch. NULL: the generic kernel. */
+    /* Attention (F32, F16 or Q8_0 K/V, with the mask) with kiln__cpu_flash_attention's contract, or false
+     * when it does not take the node's shape (the generic kernel then runs), and its per-thread scratch.
+     * NULL: the generic kernel. */
     bool (*flash_attention)(const kiln_cpu_args *a);
     size_t (*flash_attention_scratch_floats)(const kiln_tensor *node);
 } kiln_cpu_isa;

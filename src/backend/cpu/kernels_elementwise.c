@@ -1,7 +1,9 @@
 /*
  * kernels_elementwise.c - reference kernels for row-wise and elementwise ops: get_rows, add, mul (with
- * broadcasting), silu, cont and cache_write. Outputs are the planned, contiguous dst. Contiguous rows of
- * add and mul go through the level's row helpers (kernels_vec_ref.c is their reference).
+ * broadcasting), silu, cont and cache_write (F32 caches: row r of x into cell idx[r], rows with a
+ * negative index skipped; kernels_kv.c converts rows for F16/Q8_0). Outputs are the planned, contiguous
+ * dst. Contiguous rows of add and mul go through the level's row helpers (kernels_vec_ref.c is their
+ * reference).
  */
 #include "backend/cpu/kernels.h"
 
@@ -81,12 +83,13 @@ void kiln__cpu_cont(const kiln_cpu_args *a) {
 
 void kiln__cpu_cache_write(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0], *cache = a->dst->src[1];
-    int32_t pos0 = a->dst->ip[0];
+    const int32_t *idx = (const int32_t *)a->dst->src[2]->data;
     int64_t r0, r1;
     kiln__cpu_split(x->ne[1], a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
+        if (idx[r] < 0 || idx[r] >= cache->ne[1]) continue; /* a padding row (or a cell past the cache) */
         const char *xr = kiln__cpu_row(x, r, 0, 0);
-        float *out = (float *)kiln__cpu_row(cache, pos0 + r, 0, 0);
+        float *out = (float *)kiln__cpu_row(cache, idx[r], 0, 0);
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = *(const float *)(xr + i * (int64_t)x->nb[0]);
     }
 }

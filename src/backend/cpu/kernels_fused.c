@@ -48,22 +48,6 @@ void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn); }
 void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn); }
 void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn); }
 
-void kiln__cpu_diag_mask_inf(const kiln_cpu_args *a) {
-    const kiln_tensor *x = a->dst->src[0];
-    int32_t n_past = a->dst->ip[0], window = a->dst->ip[1];
-    int64_t r0, r1;
-    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t t, i2, i3;
-        kiln__cpu_row_index(x, r, &t, &i2, &i3);
-        const char *xr = kiln__cpu_row(x, t, i2, i3);
-        float *out = (float *)kiln__cpu_row(a->dst, t, i2, i3);
-        int64_t first = window > 0 ? n_past + t - window + 1 : 0; /* oldest key the sliding window keeps */
-        for (int64_t j = 0; j < x->ne[0]; j++)
-            out[j] = j > n_past + t || j < first ? -INFINITY : *(const float *)(xr + j * (int64_t)x->nb[0]);
-    }
-}
-
 void kiln__cpu_concat(const kiln_cpu_args *a) {
     size_t row = a->dst->nb[1];
     int64_t r0, r1;

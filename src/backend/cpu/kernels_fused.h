@@ -1,6 +1,6 @@
 /*
  * kernels_fused.h - reference kernels for the ops that the graph passes create (fused ops) and for the
- * small elementwise ops the unfused builder forms use (scale, tanh, relu, gelu, diag_mask_inf, concat).
+ * small elementwise ops the unfused builder forms use (scale, tanh, relu, gelu, concat).
  * Same contract as kernels.h: thread ith of nth computes its share of rows.
  */
 #ifndef KILN_CPU_KERNELS_FUSED_H
@@ -12,7 +12,6 @@ void kiln__cpu_scale(const kiln_cpu_args *a);
 void kiln__cpu_tanh(const kiln_cpu_args *a);
 void kiln__cpu_relu(const kiln_cpu_args *a);
 void kiln__cpu_gelu(const kiln_cpu_args *a);
-void kiln__cpu_diag_mask_inf(const kiln_cpu_args *a);
 void kiln__cpu_concat(const kiln_cpu_args *a);
 void kiln__cpu_linear(const kiln_cpu_args *a);
 void kiln__cpu_add_act(const kiln_cpu_args *a);

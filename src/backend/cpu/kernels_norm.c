@@ -1,7 +1,8 @@
 /*
  * kernels_norm.c - reference kernels for rms_norm and softmax (row-wise along dim 0), and the shared
  * softmax and dot-product row helpers. Accumulation is in float, left to right, so results are the same
- * for every thread count.
+ * for every thread count. A softmax row whose entries are all -inf (a query that may see no key: a
+ * padding token) gives zeros rather than the NaN of exp(-inf - -inf).
  */
 #include "backend/cpu/kernels.h"
 
@@ -17,6 +18,10 @@ void kiln__cpu_softmax_row(float *x, int64_t n) {
     float max = -INFINITY, sum = 0.0f;
     for (int64_t i = 0; i < n; i++)
         if (x[i] > max) max = x[i];
+    if (max == -INFINITY) {
+        for (int64_t i = 0; i < n; i++) x[i] = 0.0f;
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];

@@ -2,8 +2,8 @@
  * cse.c - common-subexpression elimination: two nodes with the same op, the same sources, the same
  * parameters and the same shape and layout compute the same values; later ones are replaced by the
  * first. Leaves that alias the same bytes with the same type, shape and strides are merged likewise
- * (a builder that makes a weight leaf per use). Nodes whose parameter is a run-time argument (NPAST) are
- * equal when their sources are, as the argument is the same for the whole graph.
+ * (a builder that makes a weight leaf per use). Input leaves are never merged (each is filled on its
+ * own), and cache writes never are (each write happens once).
  */
 #include "graph/passes/passes.h"
 #include "graph/passes/match.h"

@@ -13,7 +13,7 @@
 
 static const kiln_pass pass_list[] = {
     {"simplify", kiln__pass_simplify, false, "collapse view chains, drop identity views and copies"},
-    {"fuse_attention", kiln__pass_fuse_attention, true, "QK^T, scale, causal mask, softmax, V -> attention"},
+    {"fuse_attention", kiln__pass_fuse_attention, true, "QK^T, scale, mask add, softmax, V -> attention"},
     {"fuse_gelu", kiln__pass_fuse_gelu, true, "the tanh-approximation subgraph -> gelu"},
     {"fuse_qkv", kiln__pass_fuse_qkv, true, "three projections of one input -> one matmul and views"},
     {"absorb", kiln__pass_absorb, false, "scalar multiplies and transposes -> linear alpha and flags"},
