@@ -43,12 +43,11 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 /* Greedy from the golden's first n_prompt ids; returns the index of the first mismatch or -1. */
-static long greedy_mismatch(const kiln_model *m, int threads, const int32_t *want, size_t n_prompt, size_t n) {
-    kiln_ctx_params p = kiln_ctx_params_default();
+static long greedy_mismatch(const kiln_model *m, const int32_t *want, size_t n_prompt, size_t n) {
+    kiln_ctx_params p = harness_ctx_params();
     kiln_ctx *ctx = NULL;
     const float *logits = NULL;
     long bad = -1;
-    p.n_threads = threads;
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     if (!ctx) return 0;
     CHECK_OK(kiln_ctx_decode(ctx, want, (int32_t)n_prompt, &logits));
@@ -70,10 +69,14 @@ static void goldens_are_exact_at_every_level_with_one_and_two_threads(void) {
         size_t n_prompt;
     } cases[] = {{"\"bos_only_200\"", 1}, {"\"once_upon_a_time_64\"", 5}};
     char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
-    kiln_model *m = NULL;
+    kiln_model *models[2] = {NULL, NULL}; /* a pool of one thread, and of two */
     CHECK(json != NULL);
-    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
-    for (int l = KILN_CPU_REF; json && m && l < KILN_CPU_LEVEL_COUNT; l++) {
+    for (int t = 1; t <= 2; t++) {
+        kiln_model_params mp = kiln_model_params_default();
+        mp.n_threads = t;
+        CHECK_OK(kiln_model_load_ex(KILN_MODEL_PATH, &mp, &models[t - 1]));
+    }
+    for (int l = KILN_CPU_REF; json && models[0] && models[1] && l < KILN_CPU_LEVEL_COUNT; l++) {
         if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
         CHECK_EQ_INT(kiln__cpu_force_level((kiln_cpu_level)l), l);
         for (size_t c = 0; c < 2; c++) {
@@ -81,7 +84,7 @@ static void goldens_are_exact_at_every_level_with_one_and_two_threads(void) {
             size_t n = json_ids(json, cases[c].section, ids, 256);
             CHECK(n > cases[c].n_prompt);
             for (int t = 1; t <= 2; t++) {
-                long bad = greedy_mismatch(m, t, ids, cases[c].n_prompt, n);
+                long bad = greedy_mismatch(models[t - 1], ids, cases[c].n_prompt, n);
                 if (bad >= 0)
                     harness_fail(__FILE__, __LINE__, "level %s, %s, %d threads: first wrong id at %ld",
                                  kiln__cpu_level_name((kiln_cpu_level)l), cases[c].section, t, bad);
@@ -89,7 +92,8 @@ static void goldens_are_exact_at_every_level_with_one_and_two_threads(void) {
         }
     }
     kiln__cpu_force_level(kiln__cpu_max_level());
-    kiln_model_destroy(m);
+    kiln_model_destroy(models[0]);
+    kiln_model_destroy(models[1]);
     free(json);
 }
 

@@ -136,7 +136,7 @@ static void the_prefill_arena_of_stories260k_is_at_most_half_the_naive_sum(void)
     p.n_ctx = 1024;
     CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
-    CHECK_OK(kiln_ctx_plan_info(ctx, 512, &info));
+    CHECK_OK(kiln_ctx_plan_info(ctx, 512, 1, &info));
     printf("stories260K prefill 512: naive %llu bytes, arena %llu bytes (%.1f%%)\n",
            (unsigned long long)info.naive_bytes, (unsigned long long)info.arena_bytes,
            100.0 * (double)info.arena_bytes / (double)info.naive_bytes);
