@@ -29,6 +29,8 @@ static const char bench_help[] =
     "  -p, --n-prompt P    prompt tokens processed as one batch (default 512; 0 skips the test)\n"
     "  -n, --n-gen N       tokens generated one at a time (default 128; 0 skips the test)\n"
     "  -t, --threads T     threads (default: physical cores)\n"
+    "  --devices LIST      backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the CPU is\n"
+    "                      always last (default: cpu)\n"
     "  -r, --repetitions R runs per test after one warm-up run (default 5)\n"
     "  -o, --output F      md (default) or json\n"
     "  --cpu LEVEL         force a kernel level: ref, avx2, avx512, amx or neon (same as KILN_CPU=LEVEL);\n"
@@ -37,8 +39,9 @@ static const char bench_help[] =
     "  -h, --help          this text\n";
 
 typedef struct bench_options {
-    const char *model, *output, *cpu;
-    long n_prompt, n_gen, n_threads, reps;
+    const char *model, *output;
+    long n_prompt, n_gen, reps;
+    cli_engine engine;
     bool bandwidth;
 } bench_options;
 
@@ -58,21 +61,16 @@ static int parse(int argc, char **argv, bench_options *o) {
             ok = cli_arg_int("bench", argc, argv, &i, 0, 1L << 20, &o->n_prompt);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen"))
             ok = cli_arg_int("bench", argc, argv, &i, 0, 1L << 20, &o->n_gen);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = cli_arg_int("bench", argc, argv, &i, 1, 1024, &o->n_threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions"))
             ok = cli_arg_int("bench", argc, argv, &i, 1, 1000, &o->reps);
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = cli_arg_str("bench", argc, argv, &i, &o->output);
-        else if (!strcmp(a, "--cpu")) ok = cli_arg_str("bench", argc, argv, &i, &o->cpu);
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
-        else return cli_usage_error("bench", "unknown option '%s'", a);
+        else if (!cli_arg_engine("bench", argc, argv, &i, &o->engine, &ok))
+            return cli_usage_error("bench", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
     if (strcmp(o->output, "md") && strcmp(o->output, "json"))
         return cli_usage_error("bench", "output format '%s' is neither md nor json", o->output);
-    if (o->cpu && strcmp(o->cpu, "ref") && strcmp(o->cpu, "avx2") && strcmp(o->cpu, "avx512") && strcmp(o->cpu, "amx") &&
-        strcmp(o->cpu, "neon"))
-        return cli_usage_error("bench", "cpu level '%s' is not one of ref, avx2, avx512, amx, neon", o->cpu);
     return CLI_OK;
 }
 
@@ -189,12 +187,12 @@ static void print_report(const bench_options *o, const kiln_model *m, double bw,
                          const bench_result *tg) {
     double size = (double)kiln_model_weight_bytes(m), bpt = bytes_per_token(m);
     double dec = tg ? bpt * tg->mean / 1e9 : 0;
-    const char *level = o->cpu ? o->cpu : getenv("KILN_CPU");
-    if (!level || !*level) level = "best";
+    const char *level = kiln_get_cpu_level();
+    long n_threads = o->engine.n_threads;
     if (!strcmp(o->output, "json")) {
         printf("{\"model\": \"%s\", \"size_bytes\": %.0f, \"bytes_per_token\": %.0f, \"threads\": %ld, "
                "\"cpu\": \"%s\", \"read_bandwidth_gbs\": %.2f",
-               o->model, size, bpt, o->n_threads, level, bw);
+               o->model, size, bpt, n_threads, level, bw);
         if (pp) printf(", \"pp\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f}", o->n_prompt, pp->mean, pp->sd);
         if (tg)
             printf(", \"tg\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f, \"decode_gbs\": %.2f, \"share\": %.3f}",
@@ -204,33 +202,33 @@ static void print_report(const bench_options *o, const kiln_model *m, double bw,
     }
     printf("model: %s (%.2f GiB of weights, %.2f GB read per generated token)\n", o->model, size / 1073741824.0,
            bpt / 1e9);
-    if (bw > 0) printf("read bandwidth: %.1f GB/s (%ld threads x %d streams)\n", bw, o->n_threads, BW_STREAMS);
+    if (bw > 0) printf("read bandwidth: %.1f GB/s (%ld threads x %d streams)\n", bw, n_threads, BW_STREAMS);
     printf("\n| test | threads | cpu | t/s | decode GB/s | share of read bandwidth |\n|---|---|---|---|---|---|\n");
-    if (pp) printf("| pp%ld | %ld | %s | %.2f ± %.2f | | |\n", o->n_prompt, o->n_threads, level, pp->mean, pp->sd);
+    if (pp) printf("| pp%ld | %ld | %s | %.2f ± %.2f | | |\n", o->n_prompt, n_threads, level, pp->mean, pp->sd);
     if (tg) {
-        printf("| tg%ld | %ld | %s | %.2f ± %.2f | %.2f |", o->n_gen, o->n_threads, level, tg->mean, tg->sd, dec);
+        printf("| tg%ld | %ld | %s | %.2f ± %.2f | %.2f |", o->n_gen, n_threads, level, tg->mean, tg->sd, dec);
         if (bw > 0) printf(" %.0f%% |\n", 100.0 * dec / bw);
         else printf(" |\n");
     }
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {NULL, "md", NULL, 512, 128, 0, 5, true};
+    bench_options o = {NULL, "md", 512, 128, 5, {0}, true};
     bench_result pp, tg;
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
-    kiln_ctx_params cp = kiln_ctx_params_default();
+    kiln_ctx_params cp;
     int32_t *toks = NULL;
     double bw = 0;
     kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
     if (!o.model) o.model = cli_default_model();
-    if (o.cpu) setenv("KILN_CPU", o.cpu, 1); /* read once, when the first backend starts */
-    if (!o.n_threads) o.n_threads = kiln_default_threads();
-    if ((s = kiln_model_load(o.model, &m))) return cli_fail("bench", s, o.model);
-    cp.n_threads = (int32_t)o.n_threads;
+    if ((rc = cli_model_load("bench", o.model, &o.engine, o.model, &m))) return rc;
+    o.engine.n_threads = kiln_model_n_threads(m);
+    cp = cli_ctx_params(&o.engine);
     cp.n_ctx = (int32_t)(o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen);
+    cp.n_batch = o.n_prompt > 512 ? (int32_t)o.n_prompt : 0; /* the prompt is one batch */
     toks = malloc(sizeof *toks * (size_t)(cp.n_ctx + 1));
     if (!toks) {
         kiln_model_destroy(m);
@@ -238,7 +236,7 @@ int cmd_bench(int argc, char **argv) {
     }
     fill_tokens(toks, cp.n_ctx, kiln_model_n_vocab(m));
     if ((s = kiln_ctx_create(m, &cp, &ctx))) rc = cli_fail("bench", s, "creating a context");
-    if (!rc && o.bandwidth) bw = measure_bandwidth((int)o.n_threads);
+    if (!rc && o.bandwidth) bw = measure_bandwidth((int)o.engine.n_threads);
     if (!rc && o.n_prompt > 0) rc = run_test(ctx, toks, o.n_prompt, false, o.reps, &pp);
     if (!rc && o.n_gen > 0) rc = run_test(ctx, toks, o.n_gen, true, o.reps, &tg);
     if (!rc) print_report(&o, m, bw, o.n_prompt > 0 ? &pp : NULL, o.n_gen > 0 ? &tg : NULL);

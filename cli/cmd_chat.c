@@ -32,6 +32,10 @@ static const char chat_help[] =
     "  -n, --n-predict N        at most N tokens per reply (default 256)\n"
     "  -c, --ctx-size N         KV-cache size in tokens (default: the model's context length)\n"
     "  -t, --threads N          worker threads (default: the physical cores)\n"
+    "      --devices LIST       backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the\n"
+    "                           CPU is always last (default: cpu)\n"
+    "      --cpu LEVEL          CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
+    "                           $KILN_CPU)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K            keep the K most likely tokens; 0 = off (default 40)\n"
     "      --top-p P            nucleus sampling; 1 = off (default 0.95)\n"
@@ -39,14 +43,16 @@ static const char chat_help[] =
     "      --repeat-penalty R   penalize the last --repeat-last-n tokens; 1 = off (default 1.0)\n"
     "      --repeat-last-n N    history length for the repeat penalty (default 64)\n"
     "      --seed S             random seed (default: from the clock)\n"
-    "  -v, --verbose            per turn, print the tokens fed and generated and the context use to stderr\n"
+    "  -v, --verbose            per turn, print the tokens fed and generated and the context use, and the\n"
+    "                           runtime's log, to stderr\n"
     "  -h, --help               this text\n";
 
 typedef struct chat_options {
     const char *model, *template_name, *system;
-    long n_predict, n_ctx, n_threads;
+    long n_predict, n_ctx;
+    cli_engine engine;
     kiln_sampler_params sampling;
-    bool seed_given, verbose;
+    bool seed_given;
 } chat_options;
 
 static int parse(int argc, char **argv, chat_options *o) {
@@ -69,11 +75,10 @@ static int parse(int argc, char **argv, chat_options *o) {
             ok = cli_arg_int("chat", argc, argv, &i, 1, 1L << 30, &o->n_predict);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
             ok = cli_arg_int("chat", argc, argv, &i, 0, 1L << 24, &o->n_ctx);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = cli_arg_int("chat", argc, argv, &i, 1, 1024, &o->n_threads);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
-            o->verbose = true;
-        else if (!cli_arg_sampling("chat", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
+            o->engine.verbose = true;
+        else if (!cli_arg_engine("chat", argc, argv, &i, &o->engine, &ok) &&
+                 !cli_arg_sampling("chat", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
             return cli_usage_error("chat", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
@@ -227,7 +232,7 @@ static int chat_turn(chat_session *s, const chat_options *o, const char *line, s
         rc = feed(s, full + at, full_len - at, false, &logits, &n_close);
         s->fed_len = full_len;
     }
-    if (!rc && o->verbose)
+    if (!rc && o->engine.verbose)
         fprintf(stderr, "kiln chat: turn %d: fed %zu tokens, generated %ld, closed with %zu; context %d/%d\n",
                 s->turn + 1, n_fed, n_gen, n_close, kiln_ctx_n_past(s->ctx), kiln_ctx_n_ctx(s->ctx));
     free(full);
@@ -257,15 +262,15 @@ static int choose_template(chat_session *s, const chat_options *o) {
 }
 
 static int session_start(chat_session *s, const chat_options *o) {
-    kiln_ctx_params cp = kiln_ctx_params_default();
+    kiln_ctx_params cp = cli_ctx_params(&o->engine);
     kiln_status st;
-    if ((st = kiln_model_load(o->model, &s->model))) return cli_fail("chat", st, NULL);
+    int rc = cli_model_load("chat", o->model, &o->engine, NULL, &s->model);
+    if (rc) return rc;
     cp.n_ctx = (int32_t)o->n_ctx;
-    cp.n_threads = (int32_t)o->n_threads;
     if ((st = kiln_ctx_create(s->model, &cp, &s->ctx))) return cli_fail("chat", st, "creating the context");
     if ((st = kiln_sampler_create(kiln_model_n_vocab(s->model), &o->sampling, &s->sampler)))
         return cli_fail("chat", st, "creating the sampler");
-    int rc = choose_template(s, o);
+    rc = choose_template(s, o);
     if (!rc && o->system) rc = add_message(s, "system", o->system, strlen(o->system));
     return rc;
 }

@@ -6,8 +6,10 @@
  * base model, the same positions also give the KL divergence KL(base || model) of the next-token
  * distributions (mean and 99th percentile) and how often both models' top-1 tokens agree.
  *
- * The public API returns the last position's logits only, so each chunk is decoded one token at a time;
- * that is fine for small models and short texts (docs/quantization.md gives the timings).
+ * Each chunk is scored in one kiln_ctx_decode_batch per model: all its tokens in one batch (n_batch is
+ * the chunk length), every token keeping its logits. The numbers are those of decoding token by token
+ * (the KV cache and causal attention see the same context either way), within the rounding of the
+ * batched kernels.
  */
 #include "common.h"
 
@@ -18,6 +20,7 @@
 
 static const char perplexity_help[] =
     "usage: kiln perplexity -m FILE -f TEXT [--kl-base BASE.gguf] [-c CTX] [--chunks N] [-t N]\n"
+    "                       [--devices LIST] [--cpu LEVEL]\n"
     "\n"
     "Perplexity of a model over a text file, scoring the second half of each CTX-token chunk (llama.cpp's\n"
     "method). With --kl-base, also the KL divergence against the base model (mean, 99th percentile) and\n"
@@ -28,7 +31,11 @@ static const char perplexity_help[] =
     "      --kl-base FILE  a base model with the same vocabulary (for example the F16/F32 original)\n"
     "  -c, --ctx N         chunk length in tokens (default 128)\n"
     "      --chunks N      stop after N chunks (default: all)\n"
-    "  -t, --threads N     threads (default: all cores)\n"
+    "  -t, --threads N     threads (default: the physical cores)\n"
+    "      --devices LIST  backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the CPU is\n"
+    "                      always last (default: cpu)\n"
+    "      --cpu LEVEL     CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
+    "                      $KILN_CPU)\n"
     "  -h, --help          this text\n";
 
 typedef struct stats {
@@ -64,25 +71,30 @@ static double kl_divergence(const float *p, const float *q, int32_t n) {
     return kl;
 }
 
-/* Decode one chunk token by token in ctx (and base), scoring positions >= c / 2. */
-static kiln_status run_chunk(kiln_ctx *ctx, kiln_ctx *base, const int32_t *tok, int32_t c, int32_t n_vocab,
-                             float *saved, stats *st) {
+/* Score one chunk: all c tokens in one batch in ctx (and base), every token keeping its logits; the
+ * logits of position j predict token j + 1, and positions c / 2 .. c - 2 are scored. */
+static kiln_status run_chunk(kiln_ctx *ctx, kiln_ctx *base, kiln_batch *batch, const int32_t *tok, int32_t c,
+                             int32_t n_vocab, stats *st) {
+    kiln_status s;
+    kiln_batch_clear(batch);
+    for (int32_t j = 0; j < c; j++)
+        if ((s = kiln_batch_add(batch, tok[j], j, 0, true))) return s;
     kiln_ctx_reset(ctx);
-    if (base) kiln_ctx_reset(base);
-    for (int32_t j = 0; j + 1 < c; j++) {
-        const float *logits, *blogits = NULL;
-        kiln_status s = kiln_ctx_decode(ctx, &tok[j], 1, &logits);
-        if (!s && base) s = kiln_ctx_decode(base, &tok[j], 1, &blogits);
-        if (s) return s;
-        if (j < c / 2) continue;
+    if ((s = kiln_ctx_decode_batch(ctx, batch))) return s;
+    if (base) {
+        kiln_ctx_reset(base);
+        if ((s = kiln_ctx_decode_batch(base, batch))) return s;
+    }
+    for (int32_t j = c / 2; j + 1 < c; j++) {
+        const float *logits = kiln_ctx_logits(ctx, j), *blogits = base ? kiln_ctx_logits(base, j) : NULL;
+        if (!logits || (base && !blogits)) return KILN_E_INTERNAL; /* every token asked for its logits */
         int32_t am, bam;
         double lp = log_prob(logits, n_vocab, tok[j + 1], &am);
         st->nll_sum -= lp;
         st->nll_sq += lp * lp;
         if (base) {
-            memcpy(saved, blogits, (size_t)n_vocab * sizeof(float));
-            st->base_nll_sum -= log_prob(saved, n_vocab, tok[j + 1], &bam);
-            st->kl[st->n] = kl_divergence(saved, logits, n_vocab);
+            st->base_nll_sum -= log_prob(blogits, n_vocab, tok[j + 1], &bam);
+            st->kl[st->n] = kl_divergence(blogits, logits, n_vocab);
             st->top1_same += am == bam;
         }
         st->n++;
@@ -115,11 +127,12 @@ static void report(const stats *st, int64_t chunks, int32_t c, bool with_base) {
 
 typedef struct opts {
     const char *model, *file, *base;
-    long ctx, chunks, threads;
+    long ctx, chunks;
+    cli_engine engine;
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, NULL, NULL, 128, 0, 0};
+    *o = (opts){NULL, NULL, NULL, 128, 0, {0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -131,8 +144,8 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--kl-base")) ok = cli_arg_str("perplexity", argc, argv, &i, &o->base);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) ok = cli_arg_int("perplexity", argc, argv, &i, 4, 1 << 20, &o->ctx);
         else if (!strcmp(a, "--chunks")) ok = cli_arg_int("perplexity", argc, argv, &i, 1, 1 << 30, &o->chunks);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_arg_int("perplexity", argc, argv, &i, 1, 1024, &o->threads);
-        else return cli_usage_error("perplexity", "unknown argument '%s'", a);
+        else if (!cli_arg_engine("perplexity", argc, argv, &i, &o->engine, &ok))
+            return cli_usage_error("perplexity", "unknown argument '%s'", a);
         if (!ok) return CLI_USAGE;
     }
     if (!o->file) return cli_usage_error("perplexity", "missing -f TEXT");
@@ -170,39 +183,41 @@ static int tokenize_file(const kiln_model *m, const char *path, int32_t **ids, s
 }
 
 static int measure(const opts *o, kiln_model *m, kiln_model *bm, const int32_t *ids, size_t n_ids) {
-    kiln_ctx_params cp = kiln_ctx_params_default();
+    kiln_ctx_params cp = cli_ctx_params(&o->engine);
     kiln_ctx *ctx = NULL, *base = NULL;
+    kiln_batch batch = {0};
     int32_t n_vocab = kiln_model_n_vocab(m), c = (int32_t)o->ctx;
     int64_t chunks = (int64_t)(n_ids / (size_t)c), done = 0;
     stats st = {0};
-    float *saved = malloc((size_t)n_vocab * sizeof(float));
     int32_t *chunk = malloc((size_t)c * sizeof(int32_t));
-    int rc = CLI_OK;
+    int rc = chunk ? CLI_OK : cli_fail("perplexity", KILN_E_NOMEM, "the chunk buffer");
     if (o->chunks && chunks > o->chunks) chunks = o->chunks;
-    if (chunks < 1) {
+    if (!rc && chunks < 1) {
         fprintf(stderr, "kiln perplexity: the text has %zu tokens, fewer than one chunk of %d (use -c)\n", n_ids, c);
         rc = CLI_FAIL;
     }
     st.kl = bm ? malloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)c * sizeof(double)) : NULL;
+    if (!rc && bm && !st.kl) rc = cli_fail("perplexity", KILN_E_NOMEM, "the KL buffer");
     cp.n_ctx = c;
-    cp.n_threads = (int32_t)o->threads;
+    cp.n_batch = c; /* a chunk is one batch */
     kiln_status s = KILN_OK;
+    if (!rc && (s = kiln_batch_init(c, &batch))) rc = cli_fail("perplexity", s, "allocating the batch");
     if (!rc && (s = kiln_ctx_create(m, &cp, &ctx))) rc = cli_fail("perplexity", s, "creating a context");
     if (!rc && bm && (s = kiln_ctx_create(bm, &cp, &base))) rc = cli_fail("perplexity", s, "creating the base context");
     double t0 = cli_now_seconds();
     for (; !rc && done < chunks; done++) {
         memcpy(chunk, ids + done * c, (size_t)c * sizeof(int32_t));
         if (kiln_vocab_bos(kiln_model_vocab(m)) >= 0) chunk[0] = kiln_vocab_bos(kiln_model_vocab(m));
-        if ((s = run_chunk(ctx, base, chunk, c, n_vocab, saved, &st))) rc = cli_fail("perplexity", s, "decoding");
+        if ((s = run_chunk(ctx, base, &batch, chunk, c, n_vocab, &st))) rc = cli_fail("perplexity", s, "decoding");
         else fprintf(stderr, "[%lld/%lld] running perplexity %.4f (%.1f s)\n", (long long)done + 1, (long long)chunks,
                      exp(st.nll_sum / (double)st.n), cli_now_seconds() - t0);
     }
     if (!rc) report(&st, chunks, c, bm != NULL);
     kiln_ctx_destroy(base);
     kiln_ctx_destroy(ctx);
+    kiln_batch_free(&batch);
     free(st.kl);
     free(chunk);
-    free(saved);
     return rc;
 }
 
@@ -211,11 +226,10 @@ int cmd_perplexity(int argc, char **argv) {
     kiln_model *m = NULL, *bm = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
-    if ((s = kiln_model_load(o.model, &m))) return cli_fail("perplexity", s, "loading the model");
-    if (o.base && (s = kiln_model_load(o.base, &bm))) rc = cli_fail("perplexity", s, "loading the base model");
+    if ((rc = cli_model_load("perplexity", o.model, &o.engine, "loading the model", &m))) return rc;
+    if (o.base) rc = cli_model_load("perplexity", o.base, &o.engine, "loading the base model", &bm);
     if (!rc && bm && kiln_model_n_vocab(bm) != kiln_model_n_vocab(m)) {
         fprintf(stderr, "kiln perplexity: the base model has %d tokens, the model %d: not the same vocabulary\n",
                 kiln_model_n_vocab(bm), kiln_model_n_vocab(m));

@@ -23,6 +23,10 @@ static const char run_help[] =
     "                         or when the context is full\n"
     "  -c, --ctx-size N       KV-cache size in tokens (default: the model's context length)\n"
     "  -t, --threads N        worker threads (default: the physical cores)\n"
+    "      --devices LIST     backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the CPU\n"
+    "                         is always last (default: cpu)\n"
+    "      --cpu LEVEL        CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
+    "                         $KILN_CPU)\n"
     "      --kv-type T        KV-cache type: f32 (default), f16 or q8_0\n"
     "      --temp T           temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
@@ -34,7 +38,8 @@ static const char run_help[] =
     "      --passes LIST      graph passes: all, none, or e.g. cse,dce or -fuse_qkv (default all,\n"
     "                         or $KILN_PASSES)\n"
     "      --no-fuse          switch off every fusion pass\n"
-    "  -v, --verbose          print the graph compiler's and the planner's figures to stderr\n"
+    "  -v, --verbose          print the graph compiler's and the planner's figures and the runtime's log\n"
+    "                         to stderr\n"
     "  -h, --help             this text\n";
 
 typedef struct run_options {
@@ -42,12 +47,10 @@ typedef struct run_options {
     const char *prompt;
     long n_predict;
     long n_ctx;
-    long n_threads;
+    cli_engine engine;
     kiln_sampler_params sampling;
     bool seed_given;
-    const char *passes;
     bool no_fuse;
-    bool verbose;
     kiln_type kv_type;
 } run_options;
 
@@ -56,12 +59,10 @@ static int parse(int argc, char **argv, run_options *o) {
     o->prompt = "";
     o->n_predict = 128;
     o->n_ctx = 0;
-    o->n_threads = 0;
+    o->engine = (cli_engine){0};
     o->sampling = kiln_sampler_params_default();
     o->seed_given = false;
-    o->passes = NULL;
     o->no_fuse = false;
-    o->verbose = false;
     o->kv_type = KILN_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -75,13 +76,12 @@ static int parse(int argc, char **argv, run_options *o) {
             ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 30, &o->n_predict);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
             ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 24, &o->n_ctx);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = cli_arg_int("run", argc, argv, &i, 1, 1024, &o->n_threads);
-        else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->passes);
+        else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->engine.passes);
         else if (!strcmp(a, "--no-fuse")) o->no_fuse = true;
         else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
-        else if (!cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->engine.verbose = true;
+        else if (!cli_arg_engine("run", argc, argv, &i, &o->engine, &ok) &&
+                 !cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
             return cli_usage_error("run", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
@@ -133,7 +133,19 @@ static void write_piece(kiln_str piece) {
     }
 }
 
-/* The generation loop; returns the number of tokens generated through *n_gen. */
+/* The plans the run uses: the prompt's batches (at most n_batch tokens, the last token's logits) and the
+ * one-token decode step. */
+static int print_plans(generation *g) {
+    int32_t n_batch = kiln_ctx_n_batch(g->ctx);
+    int32_t first = (int64_t)g->n_prompt < n_batch ? (int32_t)g->n_prompt : n_batch;
+    int rc = cli_print_plan_info("run", g->ctx, first, 1);
+    if (!rc && first != 1) rc = cli_print_plan_info("run", g->ctx, 1, 1);
+    return rc;
+}
+
+/* The generation loop; returns the number of tokens generated through *n_gen. The prompt text goes to
+ * stdout once the prompt is evaluated, so that the weight-preparation bar of the first computation (on a
+ * terminal's stderr) does not draw over it. */
 static int generate(generation *g, const run_options *o, double *t_prompt, double *t_gen, long *n_gen) {
     const kiln_vocab *vocab = kiln_model_vocab(g->model);
     const float *logits;
@@ -144,6 +156,8 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
     if ((s = kiln_ctx_decode(g->ctx, g->prompt, (int32_t)g->n_prompt, &logits)))
         return cli_fail("run", s, "evaluating the prompt");
     *t_prompt = cli_now_seconds() - t0;
+    fputs(o->prompt, stdout);
+    fflush(stdout);
     for (size_t i = 0; i < g->n_prompt; i++) kiln_sampler_accept(g->sampler, g->prompt[i]);
     t0 = cli_now_seconds();
     for (*n_gen = 0; *n_gen < o->n_predict;) {
@@ -170,16 +184,15 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
 int cmd_run(int argc, char **argv) {
     run_options o;
     generation g = {0};
-    kiln_ctx_params cp = kiln_ctx_params_default();
+    kiln_ctx_params cp;
     double t_load = cli_now_seconds(), t_prompt = 0, t_gen = 0;
     long n_gen = 0;
     kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
-    if ((s = kiln_model_load(o.model, &g.model))) return cli_fail("run", s, NULL);
+    if ((rc = cli_model_load("run", o.model, &o.engine, NULL, &g.model))) return rc;
+    cp = cli_ctx_params(&o.engine);
     cp.n_ctx = (int32_t)o.n_ctx;
-    cp.n_threads = (int32_t)o.n_threads;
-    cp.passes = o.passes;
     cp.no_fuse = o.no_fuse;
     cp.kv_type = o.kv_type;
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
@@ -192,13 +205,8 @@ int cmd_run(int argc, char **argv) {
     if (!rc && (s = kiln_detok_create(kiln_model_vocab(g.model), o.prompt[0] == '\0', &g.detok)))
         rc = cli_fail("run", s, "creating the detokenizer");
     t_load = cli_now_seconds() - t_load;
-    if (!rc && o.verbose) rc = cli_print_plan_info(g.ctx, (int32_t)g.n_prompt);
-    if (!rc && o.verbose && g.n_prompt != 1) rc = cli_print_plan_info(g.ctx, 1);
-    if (!rc) {
-        fputs(o.prompt, stdout);
-        fflush(stdout);
-        rc = generate(&g, &o, &t_prompt, &t_gen, &n_gen);
-    }
+    if (!rc && o.engine.verbose) rc = print_plans(&g);
+    if (!rc) rc = generate(&g, &o, &t_prompt, &t_gen, &n_gen);
     if (!rc) {
         fprintf(stderr, "\n\nkiln run: load %.1f ms | prompt %zu tokens, %.1f t/s | generation %ld tokens, %.1f t/s\n",
                 t_load * 1e3, g.n_prompt, t_prompt > 0 ? (double)g.n_prompt / t_prompt : 0.0, n_gen,

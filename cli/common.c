@@ -110,23 +110,128 @@ double cli_now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int cli_print_plan_info(kiln_ctx *ctx, int32_t n_tokens) {
+int cli_print_plan_info(const char *cmd, kiln_ctx *ctx, int32_t n_tokens, int32_t n_outputs) {
     kiln_plan_info info;
-    kiln_status s = kiln_ctx_plan_info(ctx, n_tokens, &info);
-    if (s) return cli_fail("run", s, "compiling the graph");
-    fprintf(stderr, "kiln: graph for %d token%s: %d nodes -> %d after %d round%s of passes\n", n_tokens,
-            n_tokens == 1 ? "" : "s", info.nodes_before, info.nodes_after, info.rounds, info.rounds == 1 ? "" : "s");
+    kiln_status s = kiln_ctx_plan_info(ctx, n_tokens, n_outputs, &info);
+    if (s) return cli_fail(cmd, s, "compiling the graph");
+    fprintf(stderr,
+            "kiln: graph for %d token%s (bucket %d, %d output%s): %d nodes -> %d after %d round%s of passes,"
+            " compiled in %.1f ms\n",
+            n_tokens, n_tokens == 1 ? "" : "s", info.n_tokens, info.n_outputs, info.n_outputs == 1 ? "" : "s",
+            info.nodes_before, info.nodes_after, info.rounds, info.rounds == 1 ? "" : "s", info.compile_ms);
     for (int32_t i = 0; i < info.n_passes; i++)
         if (info.passes[i].ran)
-            fprintf(stderr, "  %-16s %4d rewrites, %5d nodes after round 1\n", info.passes[i].name, info.passes[i].rewrites,
-                    info.passes[i].nodes_after);
+            fprintf(stderr, "  %-16s %4d rewrites, %5d nodes after round 1\n", info.passes[i].name,
+                    info.passes[i].rewrites, info.passes[i].nodes_after);
     fprintf(stderr,
             "  planner: %d buffers, naive sum %.3f MB, arena %.3f MB (%.1f%%), %d reused blocks, %d in place;"
             " folded constants %.3f MB\n",
             info.n_buffers, (double)info.naive_bytes / 1e6, (double)info.arena_bytes / 1e6,
             info.naive_bytes ? 100.0 * (double)info.arena_bytes / (double)info.naive_bytes : 0.0, info.n_reused,
             info.n_inplace, (double)info.const_bytes / 1e6);
+    fprintf(stderr, "  scheduler: %d split%s, %d cop%s between backends\n", info.n_splits,
+            info.n_splits == 1 ? "" : "s", info.n_copies, info.n_copies == 1 ? "y" : "ies");
     return CLI_OK;
+}
+
+bool cli_arg_int_list(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out, int max,
+                      int *n) {
+    const char *s, *opt = argv[*i], *p;
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    *n = 0;
+    for (p = s;; p++) {
+        char *end;
+        long v;
+        errno = 0;
+        v = strtol(p, &end, 10);
+        if (errno || end == p || (*end != ',' && *end != '\0') || v < lo || v > hi || *n == max) {
+            cli_usage_error(cmd, "option %s: '%s' is not a list of at most %d integers in %ld..%ld", opt, s,
+                            max, lo, hi);
+            return false;
+        }
+        out[(*n)++] = v;
+        p = end;
+        if (*p == '\0') return true;
+    }
+}
+
+/* ---- the engine options ---- */
+
+bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *e, bool *ok) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        *ok = cli_arg_int(cmd, argc, argv, i, 1, 1024, &e->n_threads);
+    else if (!strcmp(a, "--devices"))
+        *ok = cli_arg_str(cmd, argc, argv, i, &e->devices);
+    else if (!strcmp(a, "--cpu"))
+        *ok = cli_arg_str(cmd, argc, argv, i, &e->cpu);
+    else
+        return false;
+    return true;
+}
+
+/* The weight-preparation bar: "preparing weights [#####     ] 45%", redrawn in place with \r when the
+ * percentage changes, ended with a newline at 100%. Drawn only when stderr is a terminal. */
+typedef struct progress_bar {
+    bool open;     /* a bar is on the current stderr line */
+    bool finished; /* the last bar reached 100% */
+    int percent;   /* the percentage drawn last */
+} progress_bar;
+
+static progress_bar weights_bar;
+
+static void draw_progress(void *user, uint64_t done, uint64_t total) {
+    progress_bar *b = user;
+    enum { WIDTH = 10 };
+    if (total == 0 || done > total) done = total = 1;
+    int percent = (int)((double)done * 100.0 / (double)total);
+    int filled = (int)(((double)done * WIDTH) / (double)total + 0.5);
+    if ((b->open && percent == b->percent) || (b->finished && done == total)) return;
+    b->finished = done == total;
+    fprintf(stderr, "\rpreparing weights [%.*s%*s] %d%%", filled, "##########", WIDTH - filled, "", percent);
+    b->open = true;
+    b->percent = percent;
+    if (done == total) {
+        fputc('\n', stderr);
+        b->open = false;
+    }
+    fflush(stderr);
+}
+
+static void log_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "kiln: %s\n", line);
+}
+
+int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const char *what,
+                   kiln_model **out) {
+    kiln_model_params mp = kiln_model_params_default();
+    const char *level = e->cpu, *from = "--cpu";
+    kiln_status s;
+    if (!level) level = getenv("KILN_CPU"), from = "KILN_CPU";
+    if (level && *level && (s = kiln_set_cpu_level(level)))
+        return cli_usage_error(cmd, "%s %s: %s", from, level, kiln_last_error());
+    mp.n_threads = (int32_t)e->n_threads;
+    mp.devices = e->devices;
+    if (isatty(STDERR_FILENO)) {
+        mp.progress = draw_progress;
+        mp.progress_user = &weights_bar;
+    }
+    s = kiln_model_load_ex(path, &mp, out);
+    if (weights_bar.open) { /* a bar cut short (by an error) still ends its line */
+        fputc('\n', stderr);
+        weights_bar.open = false;
+    }
+    return s ? cli_fail(cmd, s, what) : CLI_OK;
+}
+
+kiln_ctx_params cli_ctx_params(const cli_engine *e) {
+    kiln_ctx_params p = kiln_ctx_params_default();
+    const char *passes = getenv("KILN_PASSES"), *check = getenv("KILN_CHECK_PASSES");
+    p.passes = e->passes ? e->passes : passes && *passes ? passes : NULL;
+    p.check_passes = check && *check && strcmp(check, "0") != 0;
+    if (e->verbose) p.log = log_line;
+    return p;
 }
 
 bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *out) {

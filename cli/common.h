@@ -1,6 +1,11 @@
 /*
  * common.h - helpers shared by the kiln subcommands: the bundled-model lookup, option parsing with
- * checked numbers, error reporting, and a monotonic clock.
+ * checked numbers, error reporting, a monotonic clock, and the engine options every command that runs a
+ * model shares (threads, devices, CPU level, graph passes, the runtime log).
+ *
+ * The library reads no environment variable; the CLI maps the KILN_* variables to parameters here:
+ * KILN_CPU (unless --cpu) to kiln_set_cpu_level, KILN_PASSES (unless --passes) to kiln_ctx_params.passes,
+ * and KILN_CHECK_PASSES (set, not "0") to kiln_ctx_params.check_passes.
  */
 #ifndef KILN_CLI_COMMON_H
 #define KILN_CLI_COMMON_H
@@ -44,8 +49,38 @@ bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *
 
 double cli_now_seconds(void);
 
-/* Print the plan figures of ctx for batches of n_tokens to stderr (kiln run --verbose, kiln graph). */
-int cli_print_plan_info(kiln_ctx *ctx, int32_t n_tokens);
+/* Options shared by the commands that run a model. Zero-initialized means every default. */
+typedef struct cli_engine {
+    long n_threads;      /* -t, --threads; 0 = kiln_default_threads() */
+    const char *devices; /* --devices LIST; NULL = the CPU alone */
+    const char *cpu;     /* --cpu LEVEL; NULL = $KILN_CPU, else the best level of this CPU */
+    const char *passes;  /* --passes LIST; NULL = $KILN_PASSES, else all */
+    bool verbose;        /* the runtime's log lines go to stderr, prefixed "kiln: " */
+} cli_engine;
+
+/* If argv[*i] is -t/--threads, --devices or --cpu, parse its value into e and return true, with *ok
+ * false when the value was malformed (already reported). Returns false for any other option. */
+bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *e, bool *ok);
+
+/* Set the CPU kernel level (--cpu, else $KILN_CPU), then load the model with e's threads and devices,
+ * drawing a progress bar on stderr while weights are prepared when stderr is a terminal. Returns CLI_OK,
+ * CLI_USAGE for a bad level, or CLI_FAIL after printing what went wrong (with `what` as cli_fail). */
+int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const char *what,
+                   kiln_model **out);
+
+/* Context parameters with e's passes (else $KILN_PASSES), $KILN_CHECK_PASSES, and, when e->verbose, a
+ * log that prints each runtime line to stderr as "kiln: <line>". The strings are borrowed from e and the
+ * environment: they must outlive kiln_ctx_create. */
+kiln_ctx_params cli_ctx_params(const cli_engine *e);
+
+/* Print the plan figures of ctx for batches of n_tokens with n_outputs logits rows to stderr
+ * (kiln run --verbose, kiln graph). */
+int cli_print_plan_info(const char *cmd, kiln_ctx *ctx, int32_t n_tokens, int32_t n_outputs);
+
+/* Parse a comma-separated list of integers in lo..hi (at most max of them) for option opt, as -npp 128,256
+ * takes; advances *i. */
+bool cli_arg_int_list(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out, int max,
+                      int *n);
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -56,5 +91,6 @@ int cmd_quantize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_batched_bench(int argc, char **argv);
 
 #endif
