@@ -21,6 +21,7 @@ static const command commands[] = {
     {"quantize", cmd_quantize, "write a quantized copy of a model (Q4_K_M, Q5_K_M, Q8_0, ...)"},
     {"perplexity", cmd_perplexity, "measure perplexity over a text, and KL divergence against a base model"},
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
+    {"batched-bench", cmd_batched_bench, "measure the speed of many sequences decoded together"},
     {"graph", cmd_graph, "print the forward graph before and after the passes (text or DOT)"},
     {"synth", cmd_synth, "write a random-weight llama GGUF of a real model's shape"},
 };
@@ -28,7 +29,7 @@ static const command commands[] = {
 static void usage(FILE *out) {
     fputs("usage: kiln <command> [options]\n\ncommands:\n", out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].summary);
     fputs("\n'kiln <command> --help' describes each command. 'kiln --version' prints the version.\n", out);
 }
 
