@@ -2,7 +2,9 @@
  * test_cli.c - the kiln command-line tool as a user meets it: `kiln run` prints exactly the golden texts
  * (stdout holds the prompt plus the generation, nothing else), -t 1 and -t 2 agree, every subcommand has
  * --help, bad usage exits 2 with a one-line message, a missing or broken model exits 1 naming the problem,
- * tokenize works on vocab-only files and inspect prints metadata as text and JSON.
+ * tokenize works on vocab-only files and inspect prints metadata as text and JSON; the KILN_* variables
+ * still reach the library through the CLI (it reads none itself), a bad --devices list is refused by name,
+ * perplexity scores chunks, and batched-bench prints one row per case.
  */
 #include "harness.h"
 
@@ -15,13 +17,14 @@ typedef struct run_result {
     int code;
 } run_result;
 
-/* Run the CLI with shell-quoted arguments; capture stdout, stderr and the exit code. */
-static void kiln(run_result *r, const char *args) {
+/* Run the CLI with shell-quoted arguments, with the environment assignments env ("" for none) before it;
+ * capture stdout, stderr and the exit code. */
+static void kiln_env(run_result *r, const char *env, const char *args) {
     char cmd[4096], errpath[512];
     FILE *p;
     size_t n;
     snprintf(errpath, sizeof errpath, "%s/cli_stderr.txt", KILN_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", KILN_CLI_PATH, args, errpath);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>'%s'", env, KILN_CLI_PATH, args, errpath);
     p = popen(cmd, "r");
     CHECK(p != NULL);
     if (!p) return;
@@ -33,6 +36,8 @@ static void kiln(run_result *r, const char *args) {
     snprintf(r->err, sizeof r->err, "%s", err ? err : "");
     free(err);
 }
+
+static void kiln(run_result *r, const char *args) { kiln_env(r, "", args); }
 
 static void check_stdout_equals_file(const char *args, const char *golden) {
     static run_result r;
@@ -85,8 +90,10 @@ static void generation_stops_when_the_context_is_full(void) {
 }
 
 static void every_command_has_help(void) {
-    static const char *cmds[] = {"--help", "run --help", "tokenize --help", "inspect --help"};
-    for (size_t i = 0; i < 4; i++) {
+    static const char *cmds[] = {"--help",           "run --help",        "chat --help",  "tokenize --help",
+                                 "inspect --help",   "quantize --help",   "bench --help", "perplexity --help",
+                                 "graph --help",     "synth --help",      "batched-bench --help"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         static run_result r;
         kiln(&r, cmds[i]);
         CHECK_EQ_INT(r.code, 0);
@@ -106,6 +113,9 @@ static void bad_usage_exits_2_with_one_line_naming_the_problem(void) {
         {"run -t 0", "'0' is not an integer in 1..1024"},
         {"tokenize", "missing TEXT"},
         {"inspect", "missing FILE"},
+        {"run --cpu warp9", "--cpu warp9"},
+        {"batched-bench -npl 1,x", "'1,x' is not a list"},
+        {"batched-bench -npl 65", "integers in 1..64"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         static run_result r;
@@ -156,6 +166,100 @@ static void inspect_prints_metadata_and_tensors_as_text_and_json(void) {
     CHECK(strncmp(r.out, "{\"version\": 3, \"alignment\": 32", 30) == 0);
 }
 
+static void kiln_passes_from_the_environment_reaches_the_library(void) {
+    static run_result plain, none, bad;
+    kiln(&plain, "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4 -p 'Once upon a time'");
+    kiln_env(&none, "KILN_PASSES=none", "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4 -p 'Once upon a time'");
+    CHECK_EQ_INT(plain.code, 0);
+    CHECK_EQ_INT(none.code, 0);
+    CHECK_STR(none.out, plain.out);
+    /* A list the pass parser rejects shows that the variable was passed on, not ignored. */
+    kiln_env(&bad, "KILN_PASSES=no_such_pass", "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4");
+    CHECK_EQ_INT(bad.code, 1);
+    CHECK(strstr(bad.err, "no_such_pass") != NULL);
+    /* --passes wins over the variable. */
+    kiln_env(&bad, "KILN_PASSES=no_such_pass",
+             "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4 -p 'Once upon a time' --passes all");
+    CHECK_EQ_INT(bad.code, 0);
+    CHECK_STR(bad.out, plain.out);
+}
+
+static void kiln_cpu_from_the_environment_is_checked(void) {
+    static run_result r;
+    kiln_env(&r, "KILN_CPU=warp9", "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4");
+    CHECK_EQ_INT(r.code, 2);
+    CHECK(strstr(r.err, "KILN_CPU warp9") != NULL);
+    kiln_env(&r, "KILN_CPU=ref", "run -m '" KILN_MODEL_PATH "' --temp 0 -n 4 -p 'Once'");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strncmp(r.out, "Once", 4) == 0);
+}
+
+static void a_bad_devices_list_exits_1_naming_the_device(void) {
+    static run_result r;
+    kiln(&r, "run -m '" KILN_MODEL_PATH "' --devices warp9 -n 4");
+    CHECK_EQ_INT(r.code, 1);
+    if (!strstr(r.err, "warp9")) harness_fail(__FILE__, __LINE__, "stderr '%s' does not name 'warp9'", r.err);
+    kiln(&r, "batched-bench -m '" KILN_MODEL_PATH "' --devices cpu,warp9 -npp 8 -ntg 4 -npl 1");
+    CHECK_EQ_INT(r.code, 1);
+    CHECK(strstr(r.err, "warp9") != NULL);
+    CHECK(strstr(r.out, "|") == NULL); /* no table */
+}
+
+/* Write a text of some hundred tokens for perplexity. */
+static const char *story_file(void) {
+    static char path[512];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/cli_story.txt", KILN_TEST_TMP);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return path;
+    for (int i = 0; i < 8; i++)
+        fputs("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+              "One day, she saw a big dog. The dog was very happy and wanted to play with Lily.\n",
+              f);
+    fclose(f);
+    return path;
+}
+
+static void perplexity_scores_chunks_and_a_model_agrees_with_itself(void) {
+    static run_result r;
+    char args[1024];
+    double ppl = 0;
+    const char *text = story_file();
+    snprintf(args, sizeof args, "perplexity -m '%s' -f '%s' -c 64 --chunks 3", KILN_MODEL_PATH, text);
+    kiln(&r, args);
+    CHECK_EQ_INT(r.code, 0);
+    const char *at = strstr(r.out, "perplexity: ");
+    CHECK(at != NULL && sscanf(at, "perplexity: %lf", &ppl) == 1);
+    CHECK(ppl > 1.0 && ppl < 512.0); /* between certainty and a uniform guess over the 512 tokens */
+    CHECK(strstr(r.out, "over 93 tokens (3 chunks of 64") != NULL); /* 31 scored positions per chunk */
+    snprintf(args, sizeof args, "perplexity -m '%s' -f '%s' -c 64 --chunks 2 --kl-base '%s'", KILN_MODEL_PATH,
+             text, KILN_MODEL_PATH);
+    kiln(&r, args);
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.out, "KL divergence: mean 0.000000") != NULL);
+    CHECK(strstr(r.out, "top-1 agreement: 100.00%") != NULL);
+}
+
+static void batched_bench_prints_one_row_per_case(void) {
+    static run_result r;
+    kiln(&r, "batched-bench -m '" KILN_MODEL_PATH "' -npp 8 -ntg 4 -npl 1,2 -t 1");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.out, "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |"
+                        "      T s |    S t/s |") != NULL);
+    CHECK(strstr(r.out, "|     8 |      4 |    1 |     12 |") != NULL);
+    CHECK(strstr(r.out, "|     8 |      4 |    2 |     24 |") != NULL);
+    kiln(&r, "batched-bench -m '" KILN_MODEL_PATH "' -npp 8 -ntg 4 -npl 1,2 --json");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.out, "\"pp\": 8, \"tg\": 4, \"pl\": 2, \"n_kv\": 24") != NULL);
+    /* A case larger than -c is skipped, with a note. */
+    kiln(&r, "batched-bench -m '" KILN_MODEL_PATH "' -npp 8 -ntg 4 -npl 1,4 -c 30");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strstr(r.out, "|     8 |      4 |    1 |     12 |") != NULL);
+    CHECK(strstr(r.out, "|    4 |     48 |") == NULL);
+    CHECK(strstr(r.err, "skipping PP 8, TG 4, B 4") != NULL);
+}
+
 int main(void) {
     RUN(run_prints_the_bos_only_golden_byte_for_byte);
     RUN(run_prints_the_prompt_then_the_golden_continuation);
@@ -167,5 +271,10 @@ int main(void) {
     RUN(a_missing_or_broken_model_exits_1_naming_it);
     RUN(tokenize_prints_ids_and_works_on_vocab_only_files);
     RUN(inspect_prints_metadata_and_tensors_as_text_and_json);
+    RUN(kiln_passes_from_the_environment_reaches_the_library);
+    RUN(kiln_cpu_from_the_environment_is_checked);
+    RUN(a_bad_devices_list_exits_1_naming_the_device);
+    RUN(perplexity_scores_chunks_and_a_model_agrees_with_itself);
+    RUN(batched_bench_prints_one_row_per_case);
     return harness_finish();
 }
