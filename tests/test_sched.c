@@ -10,7 +10,10 @@
 #include "harness.h"
 #include "graph_run.h"
 
+#include "model/compile.h"
 #include "runtime/sched.h"
+
+#include "core/core.h"
 
 #include <stdlib.h>
 
@@ -540,6 +543,50 @@ static void random_dags_give_the_same_bytes_on_every_backend_list(void) {
     }
 }
 
+/* ---- The model's own graph ---- */
+
+/* The stories260K forward pass after the pass pipeline (fused linears, rms_norm_mul, swiglu, attention
+ * over the KV cache) for a batch of n tokens, on the CPU alone and with the fused ops offloaded. */
+static void model_logits_are_bit_identical_with_the_fused_ops_offloaded(void) {
+    static const kiln_op ops[] = {KILN_OP_LINEAR, KILN_OP_MATMUL, KILN_OP_RMS_NORM_MUL, KILN_OP_SWIGLU, KILN_OP_ADD,
+                                  KILN_OP_GET_ROWS};
+    kiln_backend *offload = NULL;
+    kiln_model *m = NULL;
+    kiln_ctx *ctx = NULL;
+    kiln_ctx_params cp = kiln_ctx_params_default();
+    cp.n_threads = N_THREADS;
+    cp.n_ctx = 32;
+    CHECK_OK(kiln__backend_cpu_restricted_create(N_THREADS, ops, (int32_t)KILN__ARRAY_LEN(ops), &offload));
+    CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
+    CHECK_OK(kiln_ctx_create(m, &cp, &ctx));
+    if (!offload || !ctx) return;
+    kiln_sched_backend list[] = {{offload, 2}, {cpu, 0}};
+    for (int32_t n = 1; n <= 7; n += 6) {
+        kiln_graph *g;
+        run_result ref, got;
+        for (int32_t i = 0; i < n; i++) {
+            ctx->ids[i] = (i * 37 + 1) % kiln_model_n_vocab(m);
+            ctx->pos[i] = i;
+        }
+        memset(&ref, 0, sizeof ref);
+        memset(&got, 0, sizeof got);
+        CHECK_OK(kiln__compile_graph(ctx, n, true, &g, NULL));
+        run_planned(g, list + 1, 1, n, &ref, NULL);
+        kiln__graph_destroy(g);
+        CHECK_OK(kiln__compile_graph(ctx, n, true, &g, NULL));
+        run_planned(g, list, 2, n, &got, NULL);
+        kiln__graph_destroy(g);
+        check_same(&ref, &got, n == 1 ? "stories260K, 1 token" : "stories260K, 7 tokens");
+        /* min_batch 2: a single token stays on the CPU; a batch of 7 spreads over both. */
+        CHECK(n == 1 ? got.n_splits == 1 && got.n_copies == 0 : got.n_splits > 2 && got.n_copies > 0);
+        free_result(&ref);
+        free_result(&got);
+    }
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+    kiln__backend_destroy(offload);
+}
+
 int main(void) {
     fill_inputs();
     create_backends();
@@ -557,6 +604,7 @@ int main(void) {
     RUN(buffer_verbs_reject_ranges_outside_the_buffer);
     RUN(the_restricted_backend_accepts_only_its_ops_and_views);
     RUN(random_dags_give_the_same_bytes_on_every_backend_list);
+    RUN(model_logits_are_bit_identical_with_the_fused_ops_offloaded);
     destroy_backends();
     return harness_finish();
 }
