@@ -31,7 +31,8 @@ static void fill_inputs(void) {
     fill_random(gamma_data, N, 4);
 }
 
-static kiln_tensor *leaf(kiln_graph *g, const char *name, int64_t ne0, int64_t ne1, float *data, uint32_t flags) {
+static kiln_tensor *leaf(kiln_graph *g, const char *name, int64_t ne0, int64_t ne1, float *data,
+                         uint32_t flags) {
     int64_t ne[2] = {ne0, ne1};
     return kiln__graph_leaf(g, name, KILN_TYPE_F32, ne1 > 1 ? 2 : 1, ne, data, flags);
 }
@@ -61,9 +62,9 @@ static void build_views(kiln_graph *g) {
     kiln_tensor *a = kiln__add(g, kiln__reshape_2d(g, kiln__cont(g, p), N, T), bias); /* [N, T] */
     size_t nb[4] = {sizeof(float), a ? a->nb[1] : 0, 0, 0};
     int64_t half[2] = {N / 2, T};
-    kiln_tensor *v = kiln__view(g, a, 2, half, nb, N / 2 * sizeof(float));            /* [N/2, T] right half */
+    kiln_tensor *v = kiln__view(g, a, 2, half, nb, N / 2 * sizeof(float)); /* [N/2, T] right half */
     kiln_tensor *s = kiln__scale(g, kiln__rms_norm(g, v, 1e-5f), 2.0f, 0.5f);
-    kiln_tensor *n = kiln__rms_norm(g, kiln__reshape_2d(g, x2, K, T), 1e-6f);        /* [K, T] */
+    kiln_tensor *n = kiln__rms_norm(g, kiln__reshape_2d(g, x2, K, T), 1e-6f); /* [K, T] */
     kiln_tensor *o = kiln__add(g, kiln__mul(g, n, n), kiln__reshape_2d(g, x, K, T));
     kiln__graph_set_output(g, kiln__tensor_set_name(s, "scaled"));
     kiln__graph_set_output(g, kiln__tensor_set_name(kiln__reshape_2d(g, o, K * T, 1), "flat"));
@@ -84,7 +85,7 @@ typedef void (*graph_builder)(kiln_graph *g);
 /* ---- Running ---- */
 
 typedef struct run_result {
-    float *out[4];   /* malloc'd copies of the outputs */
+    float *out[4]; /* malloc'd copies of the outputs */
     size_t bytes[4];
     int n_out;
     int n_splits, n_copies;
@@ -99,7 +100,8 @@ static void append_line(void *user, const char *line) {
     snprintf(r->describe + n, sizeof r->describe - n, "%s\n", line);
 }
 
-static void keep_outputs(run_result *r, int n_out, kiln_tensor *(*get)(const void *, int32_t), const void *from) {
+static void keep_outputs(run_result *r, int n_out, kiln_tensor *(*get)(const void *, int32_t),
+                         const void *from) {
     r->n_out = n_out;
     for (int i = 0; i < n_out && i < 4; i++) {
         const kiln_tensor *t = get(from, i);
@@ -108,8 +110,8 @@ static void keep_outputs(run_result *r, int n_out, kiln_tensor *(*get)(const voi
         for (int64_t row = 0; row < kiln__tensor_nrows(t); row++) { /* outputs may be strided views */
             int64_t i1 = row % t->ne[1], i2 = row / t->ne[1] % t->ne[2], i3 = row / t->ne[1] / t->ne[2];
             size_t at = (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
-            memcpy((char *)r->out[i] + (size_t)row * (size_t)t->ne[0] * sizeof(float), (const char *)t->data + at,
-                   (size_t)t->ne[0] * sizeof(float));
+            memcpy((char *)r->out[i] + (size_t)row * (size_t)t->ne[0] * sizeof(float),
+                   (const char *)t->data + at, (size_t)t->ne[0] * sizeof(float));
         }
     }
 }
@@ -143,7 +145,8 @@ static void run_reference(kiln_backend *cpu, graph_builder build, run_result *r)
 static void run_planned(kiln_graph *g, const kiln_sched_backend *list, int n, int32_t n_tokens, run_result *r,
                         long *allocs);
 
-static void run_sched(const kiln_sched_backend *list, int n, int32_t n_tokens, graph_builder build, run_result *r) {
+static void run_sched(const kiln_sched_backend *list, int n, int32_t n_tokens, graph_builder build,
+                      run_result *r) {
     kiln_graph *g;
     memset(r, 0, sizeof *r);
     CHECK_OK(kiln__graph_create(256, &g));
@@ -184,7 +187,8 @@ static void run_planned(kiln_graph *g, const kiln_sched_backend *list, int n, in
     CHECK_OK(kiln__graph_validate(g)); /* the rewritten graph is still a valid graph */
     for (int b = 0; b < n; b++) {
         r->arena_bytes[b] = kiln__sched_plan_arena_bytes(p, b);
-        if (r->arena_bytes[b]) CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, r->arena_bytes[b], &arenas[b]));
+        if (r->arena_bytes[b])
+            CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, r->arena_bytes[b], &arenas[b]));
     }
     CHECK_OK(kiln__sched_plan_commit(p, arenas));
     CHECK_OK(kiln__sched_compute(p));
@@ -298,7 +302,8 @@ static void views_crossing_backends_read_twins_of_the_copied_bytes(void) {
     CHECK(strstr(got.describe, "  copy 'x2' host -> cpu-restricted: 640 bytes") != NULL);
     free_result(&got);
     run_sched(both, 3, T, build_views, &got);
-    check_same(&ref, &got, "views on [cpu-restricted{matmul, add}, cpu-restricted{rms_norm, mul, softmax}, cpu]");
+    check_same(&ref, &got,
+               "views on [cpu-restricted{matmul, add}, cpu-restricted{rms_norm, mul, softmax}, cpu]");
     CHECK(got.n_splits >= 3);
     free_result(&got);
     free_result(&ref);
@@ -497,7 +502,8 @@ static void build_random(kiln_graph *g) {
     int64_t n = 1 + next(&r, 40), m = 1 + next(&r, 6), ne[2] = {n, m}, nw[2] = {n, n};
     kiln_tensor *pool[64];
     int count = 0, n_leaves = 1 + (int)next(&r, 3), n_nodes = 5 + (int)next(&r, 30);
-    for (int i = 0; i < n_leaves; i++) pool[count++] = kiln__graph_leaf(g, "in", KILN_TYPE_F32, 2, ne, dag_leaf[i], KILN_TENSOR_INPUT);
+    for (int i = 0; i < n_leaves; i++)
+        pool[count++] = kiln__graph_leaf(g, "in", KILN_TYPE_F32, 2, ne, dag_leaf[i], KILN_TENSOR_INPUT);
     kiln_tensor *w = kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, nw, dag_weight, KILN_TENSOR_WEIGHT);
     for (int i = 0; i < n_nodes && count < 64; i++) {
         kiln_tensor *a = pool[next(&r, (uint32_t)count)], *b = pool[next(&r, (uint32_t)count)], *t = NULL;
@@ -548,8 +554,8 @@ static void random_dags_give_the_same_bytes_on_every_backend_list(void) {
 /* The stories260K forward pass after the pass pipeline (fused linears, rms_norm_mul, swiglu, attention
  * over the KV cache) for a batch of n tokens, on the CPU alone and with the fused ops offloaded. */
 static void model_logits_are_bit_identical_with_the_fused_ops_offloaded(void) {
-    static const kiln_op ops[] = {KILN_OP_LINEAR, KILN_OP_MATMUL, KILN_OP_RMS_NORM_MUL, KILN_OP_SWIGLU, KILN_OP_ADD,
-                                  KILN_OP_GET_ROWS};
+    static const kiln_op ops[] = {KILN_OP_LINEAR, KILN_OP_MATMUL, KILN_OP_RMS_NORM_MUL,
+                                  KILN_OP_SWIGLU, KILN_OP_ADD,    KILN_OP_GET_ROWS};
     kiln_backend *offload = NULL;
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;

@@ -45,8 +45,8 @@ static kiln_status check_nodes(kiln_backend *b, kiln_graph *g, int32_t i0, int32
     for (int32_t i = i0; i < i1; i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
         if (!kiln__backend_supports_op(b, t))
-            return kiln__error(KILN_E_UNSUPPORTED, "backend %s cannot run node '%s' (%s)", kiln__backend_name(b),
-                               t->name, kiln__op_name(t->op));
+            return kiln__error(KILN_E_UNSUPPORTED, "backend %s cannot run node '%s' (%s)",
+                               kiln__backend_name(b), t->name, kiln__op_name(t->op));
     }
     return KILN_OK;
 }
@@ -92,7 +92,8 @@ static kiln_status check_range(const kiln_buffer *buf, size_t offset, size_t siz
     if (!buf || !buf->backend)
         return kiln__error(KILN_E_INVALID_ARG, "buffer %s: the buffer was never allocated", verb);
     if (kiln__add_overflow_size(offset, size, &end) || end > buf->size)
-        return kiln__error(KILN_E_RANGE, "buffer %s on %s: offset %zu + %zu bytes exceeds the buffer's %zu bytes", verb,
+        return kiln__error(KILN_E_RANGE,
+                           "buffer %s on %s: offset %zu + %zu bytes exceeds the buffer's %zu bytes", verb,
                            kiln__backend_name(buf->backend), offset, size, buf->size);
     return KILN_OK;
 }
@@ -123,7 +124,8 @@ kiln_status kiln__buffer_get(const kiln_buffer *buf, size_t offset, void *dst, s
 kiln_status kiln__buffer_memset(kiln_buffer *buf, size_t offset, int value, size_t size) {
     kiln_status s = check_range(buf, offset, size, "memset");
     if (s || size == 0) return s;
-    if (buf->backend->iface->buffer_memset) return buf->backend->iface->buffer_memset(buf, offset, value, size);
+    if (buf->backend->iface->buffer_memset)
+        return buf->backend->iface->buffer_memset(buf, offset, value, size);
     if (!kiln__backend_is_host(buf->backend)) return no_slot(buf, "memset");
     memset((char *)buf->base + offset, value, size);
     return KILN_OK;
@@ -132,10 +134,12 @@ kiln_status kiln__buffer_memset(kiln_buffer *buf, size_t offset, int value, size
 kiln_status kiln__buffer_copy(const kiln_buffer *src, size_t src_offset, kiln_buffer *dst, size_t dst_offset,
                               size_t size) {
     kiln_status s;
-    if ((s = check_range(src, src_offset, size, "copy (source)")) || (s = check_range(dst, dst_offset, size, "copy")))
+    if ((s = check_range(src, src_offset, size, "copy (source)")) ||
+        (s = check_range(dst, dst_offset, size, "copy")))
         return s;
     if (src->backend != dst->backend)
-        return kiln__error(KILN_E_INVALID_ARG, "buffer copy from a %s buffer into a %s buffer: copies stay within one backend",
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "buffer copy from a %s buffer into a %s buffer: copies stay within one backend",
                            kiln__backend_name(src->backend), kiln__backend_name(dst->backend));
     if (size == 0) return KILN_OK;
     if (dst->backend->iface->buffer_copy)

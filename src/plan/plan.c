@@ -41,12 +41,15 @@ static bool member(const kiln_plan_subset *sub, int32_t step) { return !sub || s
 
 /* Last uses by the graph's readers, raised to the subset's keep_until (copies read bytes then). */
 static void compute_last_uses(const kiln_graph *g, const kiln_plan_subset *sub, int32_t *last) {
-    for (int32_t i = 0; i < kiln__graph_n_tensors(g); i++) last[i] = sub && sub->keep_until ? sub->keep_until[i] : -1;
+    const int32_t *keep = sub ? sub->keep_until : NULL;
+    for (int32_t i = 0; i < kiln__graph_n_tensors(g); i++) last[i] = keep ? keep[i] : -1;
     for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
         last[t->id] = KILN__MAX(last[t->id], i);
-        for (int k = 0; k < KILN_MAX_SRC; k++)
-            if (t->src[k]) last[root_of(t->src[k])->id] = KILN__MAX(last[root_of(t->src[k])->id], i);
+        for (int k = 0; k < KILN_MAX_SRC; k++) {
+            int32_t r = t->src[k] ? root_of(t->src[k])->id : -1;
+            if (r >= 0) last[r] = KILN__MAX(last[r], i);
+        }
     }
     for (int32_t i = 0; i < kiln__graph_n_outputs(g); i++) last[root_of(kiln__graph_output(g, i))->id] = INT32_MAX;
 }
@@ -235,7 +238,8 @@ kiln_status kiln__plan_verify_subset(const kiln_graph *g, const kiln_plan_subset
         if (!computes(a) || !member(sub, i)) continue;
         for (int32_t j = i + 1; j < n && !s; j++) {
             const kiln_tensor *b = kiln__graph_node(g, j);
-            if (!computes(b) || !member(sub, j) || def[b->id] > last[a->id] || b->plan_inplace == a->id) continue;
+            if (!computes(b) || !member(sub, j)) continue;
+            if (def[b->id] > last[a->id] || b->plan_inplace == a->id) continue;
             bool disjoint = a->plan_offset + kiln__tensor_nbytes(a) <= b->plan_offset ||
                             b->plan_offset + kiln__tensor_nbytes(b) <= a->plan_offset;
             if (!disjoint)

@@ -37,15 +37,15 @@ typedef struct sched_copy {
     kiln_tensor *dst;       /* the copy, a leaf of the graph in dst_backend's arena */
     int32_t src_backend;    /* src's home (HOST_LEAF for a leaf) */
     int32_t dst_backend;
-    int32_t split;          /* made before this split */
-    size_t dst_offset;      /* in dst_backend's arena */
+    int32_t split;     /* made before this split */
+    size_t dst_offset; /* in dst_backend's arena */
     size_t bytes;
 } sched_copy;
 
 typedef struct sched_output {
-    kiln_tensor *node;     /* the graph's output */
-    kiln_tensor host;      /* its twin in host memory, when copied back */
-    void *mirror;          /* the twin's root bytes (plan-owned), or NULL when not copied back */
+    kiln_tensor *node; /* the graph's output */
+    kiln_tensor host;  /* its twin in host memory, when copied back */
+    void *mirror;      /* the twin's root bytes (plan-owned), or NULL when not copied back */
     const kiln_tensor *root;
     int32_t src_backend;
     size_t bytes;
@@ -54,17 +54,17 @@ typedef struct sched_output {
 struct kiln_sched_plan {
     kiln_sched *sched;
     kiln_graph *g;
-    int32_t n_nodes, n_tensors0;  /* at plan time, before the copies were added */
-    int32_t *home;                /* by tensor id (< n_tensors0): where its bytes live */
-    int32_t *run;                 /* [n_nodes] the backend whose split holds the node */
-    uint8_t *member;              /* [n_backends][n_nodes] the nodes each arena holds */
-    int32_t *keep_until;          /* by tensor id (final count): the plan's keep_until */
-    int32_t *copy_of, *twin_of;   /* [n_backends][n_tensors0] copy index / twin leaf id, or -1 */
+    int32_t n_nodes, n_tensors0; /* at plan time, before the copies were added */
+    int32_t *home;               /* by tensor id (< n_tensors0): where its bytes live */
+    int32_t *run;                /* [n_nodes] the backend whose split holds the node */
+    uint8_t *member;             /* [n_backends][n_nodes] the nodes each arena holds */
+    int32_t *keep_until;         /* by tensor id (final count): the plan's keep_until */
+    int32_t *copy_of, *twin_of;  /* [n_backends][n_tensors0] copy index / twin leaf id, or -1 */
     sched_split *splits;
     int32_t n_splits;
     sched_copy *copies;
     int32_t n_copies, copies_cap;
-    kiln_tensor **twins;          /* views onto copies */
+    kiln_tensor **twins; /* views onto copies */
     int32_t n_twins, twins_cap;
     sched_output *outputs;
     int32_t n_outputs;
@@ -80,13 +80,16 @@ struct kiln_sched_plan {
 kiln_status kiln__sched_create(const kiln_sched_backend *list, int32_t n, kiln_sched **out) {
     kiln_sched *s;
     *out = NULL;
-    if (!list || n < 1) return kiln__error(KILN_E_INVALID_ARG, "scheduler: %d backends given (at least the CPU is needed)", n);
+    if (!list || n < 1)
+        return kiln__error(KILN_E_INVALID_ARG, "scheduler: %d backends given (at least the CPU is needed)",
+                           n);
     for (int32_t i = 0; i < n; i++) {
         kiln_backend *b = list[i].backend;
         size_t a;
         if (!b) return kiln__error(KILN_E_INVALID_ARG, "scheduler: backend %d is NULL", i);
         if (list[i].min_batch < 0)
-            return kiln__error(KILN_E_INVALID_ARG, "scheduler: backend %d (%s) has min_batch %d (must be >= 0)", i,
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "scheduler: backend %d (%s) has min_batch %d (must be >= 0)", i,
                                kiln__backend_name(b), list[i].min_batch);
         for (int32_t j = 0; j < i; j++)
             if (list[j].backend == b)
@@ -94,11 +97,13 @@ kiln_status kiln__sched_create(const kiln_sched_backend *list, int32_t n, kiln_s
                                    kiln__backend_name(b), j, i);
         a = kiln__backend_alignment(b);
         if (a > KILN_PLAN_ALIGN || KILN_PLAN_ALIGN % a != 0)
-            return kiln__error(KILN_E_UNSUPPORTED, "scheduler: backend %s needs %zu-byte alignment; the planner aligns to %d",
+            return kiln__error(KILN_E_UNSUPPORTED,
+                               "scheduler: backend %s needs %zu-byte alignment; the planner aligns to %d",
                                kiln__backend_name(b), a, KILN_PLAN_ALIGN);
     }
     if (!kiln__backend_is_host(list[n - 1].backend))
-        return kiln__error(KILN_E_INVALID_ARG, "scheduler: the last backend (%s) must be a host backend (the CPU fallback)",
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "scheduler: the last backend (%s) must be a host backend (the CPU fallback)",
                            kiln__backend_name(list[n - 1].backend));
     s = kiln__calloc(1, sizeof *s);
     if (s) s->list = kiln__alloc_array((size_t)n, sizeof *s->list);
@@ -129,7 +134,9 @@ kiln_backend *kiln__sched_backend(const kiln_sched *s, int32_t i) { return s->li
 static const kiln_tensor *root_of(const kiln_tensor *t) { return t->view_src ? t->view_src : t; }
 
 /* Views compute nothing; cache_write is a view that does (it writes the cache). */
-static bool computes(const kiln_tensor *t) { return !kiln__op_is_view(t->op) || t->op == KILN_OP_CACHE_WRITE; }
+static bool computes(const kiln_tensor *t) {
+    return !kiln__op_is_view(t->op) || t->op == KILN_OP_CACHE_WRITE;
+}
 
 static bool touches_cache(const kiln_tensor *t) {
     if (t->op == KILN_OP_CACHE_WRITE) return true;
@@ -148,7 +155,8 @@ static kiln_status choose(const kiln_sched *s, const kiln_tensor *t, int32_t n_t
                 return KILN_OK;
             }
     if (!kiln__backend_supports_op(s->list[last].backend, t))
-        return kiln__error(KILN_E_UNSUPPORTED, "scheduler: no backend runs node '%s' (%s); the fallback %s cannot either",
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "scheduler: no backend runs node '%s' (%s); the fallback %s cannot either",
                            t->name, kiln__op_name(t->op), kiln__backend_name(s->list[last].backend));
     *out = last;
     return KILN_OK;
@@ -212,7 +220,8 @@ static bool needs_copy(const kiln_sched_plan *p, const kiln_tensor *r, int32_t b
 static kiln_status span_bytes(const kiln_tensor *t, size_t *out) {
     size_t total = kiln__tensor_nbytes(t) / (size_t)kiln__tensor_nrows(t), step;
     for (int d = 1; d < KILN_MAX_DIMS; d++)
-        if (kiln__mul_overflow_size((size_t)(t->ne[d] - 1), t->nb[d], &step) || kiln__add_overflow_size(total, step, &total))
+        if (kiln__mul_overflow_size((size_t)(t->ne[d] - 1), t->nb[d], &step) ||
+            kiln__add_overflow_size(total, step, &total))
             return kiln__error(KILN_E_RANGE, "scheduler: the bytes of '%s' overflow", t->name);
     *out = total;
     return KILN_OK;
@@ -230,12 +239,14 @@ static void *grown(void *array, int32_t *cap, int32_t need, size_t elem) {
 }
 
 static kiln_status graph_room(kiln_sched_plan *p, const kiln_tensor *r, int32_t b) {
-    return kiln__error_prefix(kiln__graph_status(p->g), "scheduler: no room in the graph for a copy of '%s' on %s: ",
-                              r->name, kiln__backend_name(p->sched->list[b].backend));
+    return kiln__error_prefix(kiln__graph_status(p->g),
+                              "scheduler: no room in the graph for a copy of '%s' on %s: ", r->name,
+                              kiln__backend_name(p->sched->list[b].backend));
 }
 
 /* The copy of root r in backend b's arena, made before split `split` if it is new. */
-static kiln_status copy_for(kiln_sched_plan *p, const kiln_tensor *r, int32_t b, int32_t split, kiln_tensor **out) {
+static kiln_status copy_for(kiln_sched_plan *p, const kiln_tensor *r, int32_t b, int32_t split,
+                            kiln_tensor **out) {
     int32_t *slot = &p->copy_of[(size_t)b * (size_t)p->n_tensors0 + (size_t)r->id];
     sched_copy *c;
     kiln_tensor *t;
@@ -244,7 +255,8 @@ static kiln_status copy_for(kiln_sched_plan *p, const kiln_tensor *r, int32_t b,
         *out = p->copies[*slot].dst;
         return KILN_OK;
     }
-    if (!(c = grown(p->copies, &p->copies_cap, p->n_copies + 1, sizeof *c))) return kiln__nomem("the scheduler's copies");
+    if (!(c = grown(p->copies, &p->copies_cap, p->n_copies + 1, sizeof *c)))
+        return kiln__nomem("the scheduler's copies");
     p->copies = c;
     t = kiln__graph_leaf(p->g, NULL, r->type, r->n_dims, r->ne, NULL, 0);
     if (!t) return graph_room(p, r, b);
@@ -260,14 +272,16 @@ static kiln_status copy_for(kiln_sched_plan *p, const kiln_tensor *r, int32_t b,
 }
 
 /* A twin of view v (its shape, strides and offset) onto the copy of its root in backend b's arena. */
-static kiln_status twin_for(kiln_sched_plan *p, const kiln_tensor *v, kiln_tensor *copy, int32_t b, kiln_tensor **out) {
+static kiln_status twin_for(kiln_sched_plan *p, const kiln_tensor *v, kiln_tensor *copy, int32_t b,
+                            kiln_tensor **out) {
     int32_t *slot = &p->twin_of[(size_t)b * (size_t)p->n_tensors0 + (size_t)v->id];
     kiln_tensor *t, **twins;
     if (*slot >= 0) {
         *out = kiln__graph_tensor(p->g, *slot);
         return KILN_OK;
     }
-    if (!(twins = grown(p->twins, &p->twins_cap, p->n_twins + 1, sizeof *twins))) return kiln__nomem("the scheduler's views");
+    if (!(twins = grown(p->twins, &p->twins_cap, p->n_twins + 1, sizeof *twins)))
+        return kiln__nomem("the scheduler's views");
     p->twins = twins;
     t = kiln__graph_leaf(p->g, NULL, v->type, v->n_dims, v->ne, NULL, 0);
     if (!t) return graph_room(p, v, b);
@@ -296,8 +310,10 @@ static kiln_status insert_copies(kiln_sched_plan *p) {
                 const kiln_tensor *r = s ? root_of(s) : NULL;
                 if (!s || !needs_copy(p, r, split->backend)) continue;
                 if ((st = copy_for(p, r, split->backend, sp, &copy))) return st;
-                if (s == r) t->src[k] = copy;
-                else if ((st = twin_for(p, s, copy, split->backend, &t->src[k]))) return st;
+                if (s == r)
+                    t->src[k] = copy;
+                else if ((st = twin_for(p, s, copy, split->backend, &t->src[k])))
+                    return st;
             }
         }
         split->n_copies = p->n_copies - split->copy0;
@@ -317,7 +333,8 @@ static kiln_status measure(kiln_sched_plan *p) {
     for (int32_t c = 0; c < p->n_copies; c++) {
         const sched_copy *cp = &p->copies[c];
         int32_t step = p->splits[cp->split].i0;
-        if (cp->src_backend != HOST_LEAF) p->keep_until[cp->src->id] = KILN__MAX(p->keep_until[cp->src->id], step);
+        if (cp->src_backend != HOST_LEAF)
+            p->keep_until[cp->src->id] = KILN__MAX(p->keep_until[cp->src->id], step);
     }
     for (int32_t b = 0; b < nb; b++) {
         kiln_plan_subset sub = {p->member + (size_t)b * (size_t)p->n_nodes, p->keep_until};
@@ -327,12 +344,15 @@ static kiln_status measure(kiln_sched_plan *p) {
         for (int32_t c = 0; c < p->n_copies; c++) {
             sched_copy *cp = &p->copies[c];
             if (cp->dst_backend != b) continue;
-            if (kiln__align_up(end, KILN_PLAN_ALIGN, &end) || end > SIZE_MAX || kiln__add_overflow_u64(end, cp->bytes, &end))
-                return kiln__error(KILN_E_RANGE, "scheduler: the %s arena overflows", kiln__backend_name(p->sched->list[b].backend));
+            if (kiln__align_up(end, KILN_PLAN_ALIGN, &end) || end > SIZE_MAX ||
+                kiln__add_overflow_u64(end, cp->bytes, &end))
+                return kiln__error(KILN_E_RANGE, "scheduler: the %s arena overflows",
+                                   kiln__backend_name(p->sched->list[b].backend));
             cp->dst_offset = (size_t)(end - cp->bytes);
         }
         if (end > SIZE_MAX)
-            return kiln__error(KILN_E_RANGE, "scheduler: the %s arena overflows", kiln__backend_name(p->sched->list[b].backend));
+            return kiln__error(KILN_E_RANGE, "scheduler: the %s arena overflows",
+                               kiln__backend_name(p->sched->list[b].backend));
         p->arena_bytes[b] = (size_t)end;
     }
     return KILN_OK;
@@ -365,7 +385,8 @@ static kiln_status prepare_outputs(kiln_sched_plan *p) {
 static kiln_status prepare_staging(kiln_sched_plan *p) {
     for (int32_t c = 0; c < p->n_copies; c++) {
         const sched_copy *cp = &p->copies[c];
-        if (cp->src_backend != HOST_LEAF && !p->sched->is_host[cp->src_backend] && !p->sched->is_host[cp->dst_backend])
+        if (cp->src_backend != HOST_LEAF && !p->sched->is_host[cp->src_backend] &&
+            !p->sched->is_host[cp->dst_backend])
             p->staging_bytes = KILN__MAX(p->staging_bytes, cp->bytes);
     }
     if (!p->staging_bytes) return KILN_OK;
@@ -375,7 +396,8 @@ static kiln_status prepare_staging(kiln_sched_plan *p) {
 
 static kiln_status alloc_tables(kiln_sched_plan *p) {
     size_t nb = (size_t)p->sched->n, nn = (size_t)p->n_nodes + 1, nt = (size_t)p->n_tensors0 + 1, pairs;
-    if (kiln__mul_overflow_size(nb, nt, &pairs)) return kiln__error(KILN_E_RANGE, "scheduler: tables overflow");
+    if (kiln__mul_overflow_size(nb, nt, &pairs))
+        return kiln__error(KILN_E_RANGE, "scheduler: tables overflow");
     p->home = kiln__alloc_array(nt, sizeof *p->home);
     p->run = kiln__alloc_array(nn, sizeof *p->run);
     p->member = kiln__alloc_array(nb, nn);
@@ -407,7 +429,8 @@ kiln_status kiln__sched_plan_create(kiln_sched *s, kiln_graph *g, int32_t n_toke
     if (!(st = alloc_tables(p)) && !(st = assign(p, n_tokens))) {
         build_splits(p);
         build_members(p);
-        if (!(st = insert_copies(p)) && !(st = measure(p)) && !(st = prepare_outputs(p))) st = prepare_staging(p);
+        if (!(st = insert_copies(p)) && !(st = measure(p)) && !(st = prepare_outputs(p)))
+            st = prepare_staging(p);
     }
     if (st) {
         kiln__sched_plan_destroy(p);
@@ -448,10 +471,11 @@ static kiln_status check_arena(const kiln_sched_plan *p, const kiln_buffer *a, i
     if (p->arena_bytes[b] == 0) return KILN_OK;
     if (a->backend != be)
         return kiln__error(KILN_E_INVALID_ARG, "scheduler: arena %d belongs to %s, not to %s", b,
-                           a->backend ? kiln__backend_name(a->backend) : "no backend", kiln__backend_name(be));
+                           a->backend ? kiln__backend_name(a->backend) : "no backend",
+                           kiln__backend_name(be));
     if (a->size < p->arena_bytes[b])
-        return kiln__error(KILN_E_RANGE, "scheduler: the %s arena has %zu bytes; the plan needs %zu", kiln__backend_name(be),
-                           a->size, p->arena_bytes[b]);
+        return kiln__error(KILN_E_RANGE, "scheduler: the %s arena has %zu bytes; the plan needs %zu",
+                           kiln__backend_name(be), a->size, p->arena_bytes[b]);
     return KILN_OK;
 }
 
@@ -463,11 +487,12 @@ kiln_status kiln__sched_plan_commit(kiln_sched_plan *p, kiln_buffer *arenas) {
     for (int32_t c = 0; c < p->n_copies; c++) {
         sched_copy *cp = &p->copies[c];
         if (cp->src_backend == HOST_LEAF && !cp->src->data)
-            return kiln__error(KILN_E_INVALID_ARG, "scheduler: leaf '%s', copied to %s, has no data", cp->src->name,
-                               kiln__backend_name(p->sched->list[cp->dst_backend].backend));
+            return kiln__error(KILN_E_INVALID_ARG, "scheduler: leaf '%s', copied to %s, has no data",
+                               cp->src->name, kiln__backend_name(p->sched->list[cp->dst_backend].backend));
         cp->dst->data = (char *)arenas[cp->dst_backend].base + cp->dst_offset;
     }
-    for (int32_t i = 0; i < p->n_twins; i++) p->twins[i]->data = (char *)p->twins[i]->view_src->data + p->twins[i]->view_offset;
+    for (int32_t i = 0; i < p->n_twins; i++)
+        p->twins[i]->data = (char *)p->twins[i]->view_src->data + p->twins[i]->view_offset;
     for (int32_t b = 0; b < p->sched->n; b++) {
         kiln_plan_subset sub = {p->member + (size_t)b * (size_t)p->n_nodes, p->keep_until};
         if ((st = kiln__plan_commit_subset(p->g, &sub, arenas[b].base, arenas[b].size))) return st;
@@ -484,25 +509,31 @@ static kiln_status do_copy(kiln_sched_plan *p, const sched_copy *c) {
     kiln_status st;
     if (c->src_backend == HOST_LEAF || host[c->src_backend])
         return kiln__buffer_set(dst, c->dst_offset, c->src->data, c->bytes);
-    if (host[c->dst_backend]) return kiln__buffer_get(&p->arenas[c->src_backend], c->src->plan_offset, c->dst->data, c->bytes);
-    if ((st = kiln__buffer_get(&p->arenas[c->src_backend], c->src->plan_offset, p->staging, c->bytes))) return st;
+    if (host[c->dst_backend])
+        return kiln__buffer_get(&p->arenas[c->src_backend], c->src->plan_offset, c->dst->data, c->bytes);
+    if ((st = kiln__buffer_get(&p->arenas[c->src_backend], c->src->plan_offset, p->staging, c->bytes)))
+        return st;
     return kiln__buffer_set(dst, c->dst_offset, p->staging, c->bytes);
 }
 
 kiln_status kiln__sched_compute(kiln_sched_plan *p) {
     kiln_status st;
-    if (!p->committed) return kiln__error(KILN_E_INVALID_ARG, "scheduler: compute before a successful commit");
+    if (!p->committed)
+        return kiln__error(KILN_E_INVALID_ARG, "scheduler: compute before a successful commit");
     for (int32_t sp = 0; sp < p->n_splits; sp++) {
         const sched_split *split = &p->splits[sp];
         for (int32_t c = split->copy0; c < split->copy0 + split->n_copies; c++)
             if ((st = do_copy(p, &p->copies[c])))
-                return kiln__error_prefix(st, "scheduler: copying '%s' before split %d: ", p->copies[c].src->name, sp);
-        if ((st = kiln__backend_compute_range(p->sched->list[split->backend].backend, p->g, split->i0, split->i1)))
+                return kiln__error_prefix(
+                    st, "scheduler: copying '%s' before split %d: ", p->copies[c].src->name, sp);
+        if ((st = kiln__backend_compute_range(p->sched->list[split->backend].backend, p->g, split->i0,
+                                              split->i1)))
             return st;
     }
     for (int32_t i = 0; i < p->n_outputs; i++) {
         const sched_output *o = &p->outputs[i];
-        if (o->mirror && (st = kiln__buffer_get(&p->arenas[o->src_backend], o->root->plan_offset, o->mirror, o->bytes)))
+        if (o->mirror &&
+            (st = kiln__buffer_get(&p->arenas[o->src_backend], o->root->plan_offset, o->mirror, o->bytes)))
             return kiln__error_prefix(st, "scheduler: copying output '%s' back: ", o->node->name);
     }
     return KILN_OK;
@@ -533,7 +564,9 @@ kiln_status kiln__sched_plan_verify(const kiln_sched_plan *p) {
     for (int32_t b = 0; b < p->sched->n; b++) {
         kiln_plan_subset sub = {p->member + (size_t)b * (size_t)p->n_nodes, p->keep_until};
         kiln_status st = kiln__plan_verify_subset(p->g, &sub);
-        if (st) return kiln__error_prefix(st, "scheduler: the %s arena: ", kiln__backend_name(p->sched->list[b].backend));
+        if (st)
+            return kiln__error_prefix(
+                st, "scheduler: the %s arena: ", kiln__backend_name(p->sched->list[b].backend));
     }
     return KILN_OK;
 }
@@ -542,29 +575,31 @@ static const char *where(const kiln_sched_plan *p, int32_t b) {
     return b == HOST_LEAF ? "host" : kiln__backend_name(p->sched->list[b].backend);
 }
 
-void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *user, const char *line), void *user) {
+void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *user, const char *line),
+                               void *user) {
     char line[512];
-    int n = snprintf(line, sizeof line, "schedule: %d splits, %d copies (%zu bytes); arenas:", p->n_splits, p->n_copies,
-                     kiln__sched_plan_copy_bytes(p));
+    int n = snprintf(line, sizeof line, "schedule: %d splits, %d copies (%zu bytes); arenas:", p->n_splits,
+                     p->n_copies, kiln__sched_plan_copy_bytes(p));
     for (int32_t b = 0; b < p->sched->n && n > 0 && (size_t)n < sizeof line; b++)
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %zu bytes", where(p, b), p->arena_bytes[b]);
     write(user, line);
     for (int32_t sp = 0; sp < p->n_splits; sp++) {
         const sched_split *s = &p->splits[sp];
-        snprintf(line, sizeof line, "split %d: %s, nodes [%d, %d): %d nodes, %d copies in", sp, where(p, s->backend), s->i0,
-                 s->i1, s->i1 - s->i0, s->n_copies);
+        snprintf(line, sizeof line, "split %d: %s, nodes [%d, %d): %d nodes, %d copies in", sp,
+                 where(p, s->backend), s->i0, s->i1, s->i1 - s->i0, s->n_copies);
         write(user, line);
         for (int32_t c = s->copy0; c < s->copy0 + s->n_copies; c++) {
             const sched_copy *cp = &p->copies[c];
-            snprintf(line, sizeof line, "  copy '%s' %s -> %s: %zu bytes", cp->src->name, where(p, cp->src_backend),
-                     where(p, cp->dst_backend), cp->bytes);
+            snprintf(line, sizeof line, "  copy '%s' %s -> %s: %zu bytes", cp->src->name,
+                     where(p, cp->src_backend), where(p, cp->dst_backend), cp->bytes);
             write(user, line);
         }
     }
     for (int32_t i = 0; i < p->n_outputs; i++) {
         const sched_output *o = &p->outputs[i];
         if (!o->mirror) continue;
-        snprintf(line, sizeof line, "output '%s' %s -> host: %zu bytes", o->node->name, where(p, o->src_backend), o->bytes);
+        snprintf(line, sizeof line, "output '%s' %s -> host: %zu bytes", o->node->name,
+                 where(p, o->src_backend), o->bytes);
         write(user, line);
     }
 }

@@ -76,7 +76,8 @@ kiln_tensor *kiln__sched_plan_output(const kiln_sched_plan *p, int32_t i);
 /* The "--verbose" listing: a summary line (splits, copies, each arena in list order), then per split its
  * backend, node range and count, and the copies made before it (source, destination, bytes), then the
  * outputs copied back. */
-void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *user, const char *line), void *user);
+void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *user, const char *line),
+                               void *user);
 int32_t kiln__sched_plan_n_splits(const kiln_sched_plan *p);
 int32_t kiln__sched_plan_split_backend(const kiln_sched_plan *p, int32_t split); /* index in the list */
 int32_t kiln__sched_plan_n_copies(const kiln_sched_plan *p);  /* copies into arenas, outputs excluded */

@@ -18,8 +18,8 @@
 #include <string.h>
 
 typedef struct restricted_context {
-    kiln_backend *cpu;                /* the inner CPU backend that computes */
-    bool allowed[KILN_OP_COUNT];      /* ops this instance accepts */
+    kiln_backend *cpu;           /* the inner CPU backend that computes */
+    bool allowed[KILN_OP_COUNT]; /* ops this instance accepts */
 } restricted_context;
 
 static const char *restricted_name(const kiln_backend *b) {
@@ -51,8 +51,10 @@ static kiln_status restricted_buffer_alloc(kiln_backend *b, size_t size, kiln_bu
     if (kiln__add_overflow_size(size, KILN_BACKEND_ALIGN + sizeof(void *), &total))
         return kiln__error(KILN_E_RANGE, "a %zu-byte cpu-restricted buffer overflows", size);
     raw = kiln__alloc(total);
-    if (!raw) return kiln__error(KILN_E_NOMEM, "out of memory allocating a %zu-byte cpu-restricted buffer", size);
-    out->base = (void *)(((uintptr_t)raw + sizeof(void *) + KILN_BACKEND_ALIGN - 1) & ~(uintptr_t)(KILN_BACKEND_ALIGN - 1));
+    if (!raw)
+        return kiln__error(KILN_E_NOMEM, "out of memory allocating a %zu-byte cpu-restricted buffer", size);
+    out->base = (void *)(((uintptr_t)raw + sizeof(void *) + KILN_BACKEND_ALIGN - 1) &
+                         ~(uintptr_t)(KILN_BACKEND_ALIGN - 1));
     memcpy((char *)out->base - sizeof(void *), &raw, sizeof raw);
     out->size = size;
     return KILN_OK;
@@ -81,8 +83,8 @@ static kiln_status restricted_memset(kiln_buffer *buf, size_t offset, int value,
     return KILN_OK;
 }
 
-static kiln_status restricted_copy(const kiln_buffer *src, size_t src_offset, kiln_buffer *dst, size_t dst_offset,
-                                   size_t size) {
+static kiln_status restricted_copy(const kiln_buffer *src, size_t src_offset, kiln_buffer *dst,
+                                   size_t dst_offset, size_t size) {
     memmove((char *)dst->base + dst_offset, (const char *)src->base + src_offset, size);
     return KILN_OK;
 }
@@ -124,8 +126,9 @@ kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op
         return kiln__error(KILN_E_INVALID_ARG, "cpu-restricted backend: %d ops given without a list", n_ops);
     for (int32_t i = 0; i < n_ops; i++)
         if (ops[i] <= KILN_OP_NONE || ops[i] >= KILN_OP_COUNT)
-            return kiln__error(KILN_E_INVALID_ARG, "cpu-restricted backend: op %d (entry %d) is not a computing op",
-                               (int)ops[i], i);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "cpu-restricted backend: op %d (entry %d) is not a computing op", (int)ops[i],
+                               i);
     b = kiln__calloc(1, sizeof *b);
     c = kiln__calloc(1, sizeof *c);
     if (!b || !c) {
