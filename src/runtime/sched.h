@@ -24,7 +24,9 @@
  *   4. plans each backend's arena with the best-fit planner restricted to the nodes whose bytes that
  *      backend holds (kiln__plan_measure_subset), keeping each copied node alive until its copy is taken,
  *      and appends the copies' destinations after the planned region.
- * On failure the graph may have been partly rewritten (and its status set): discard it.
+ * Plan a graph once: the rewrite is not undone by kiln__sched_plan_destroy (the copies stay in the graph,
+ * and a later kiln__graph_order still orders it correctly), so a graph is scheduled by one plan. On
+ * failure the graph may have been partly rewritten (and its status set): discard it.
  *
  * The caller then allocates each backend's arena (kiln__sched_plan_arena_bytes) with
  * kiln__backend_buffer_alloc on that backend, commits, fills the inputs and computes as often as it likes.
