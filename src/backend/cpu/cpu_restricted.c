@@ -91,7 +91,13 @@ static kiln_status restricted_copy(const kiln_buffer *src, size_t src_offset, ki
 
 static kiln_status restricted_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
     restricted_context *c = b->context;
+    kiln__backend_set_abort(c->cpu, b->abort_fn, b->abort_user); /* the callback set on this backend */
     return c->cpu->iface->compute(c->cpu, g, i0, i1);
+}
+
+static void restricted_memory(const kiln_backend *b, kiln_backend_memory *out) {
+    const restricted_context *c = b->context;
+    kiln__backend_memory(c->cpu, out);
 }
 
 static void restricted_destroy(kiln_backend *b) {
@@ -114,6 +120,7 @@ static const kiln_backend_iface restricted_iface = {
     .buffer_copy = restricted_copy,
     .compute = restricted_compute,
     .destroy = restricted_destroy,
+    .memory = restricted_memory,
 };
 
 kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op *ops, int32_t n_ops,
