@@ -484,6 +484,28 @@ static void the_restricted_backend_accepts_only_its_ops_and_views(void) {
     kiln__graph_destroy(g);
 }
 
+static void a_device_list_names_a_restricted_backend_by_its_ops(void) {
+    kiln_backend *b = NULL;
+    const char *good = "cpu-restricted:matmul+add+rms_norm", *typo = "cpu-restricted:matmul+addd";
+    kiln_graph *g;
+    CHECK_OK(kiln__backend_create_named(good, strlen(good), 1, &b));
+    CHECK_OK(kiln__graph_create(16, &g));
+    kiln_tensor *x = leaf(g, "x", K, T, x_data, KILN_TENSOR_INPUT);
+    if (b) {
+        CHECK_STR(kiln__backend_name(b), "cpu-restricted");
+        CHECK(kiln__backend_supports_op(b, kiln__rms_norm(g, x, 1e-5f)));
+        CHECK(!kiln__backend_supports_op(b, kiln__silu(g, x)));
+    }
+    kiln__backend_destroy(b);
+    kiln__graph_destroy(g);
+    CHECK_STATUS(kiln__backend_create_named(typo, strlen(typo), 1, &b), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("'addd' is not an op name");
+    CHECK_STATUS(kiln__backend_create_named("cpu-restricted:", 15, 1, &b), KILN_E_INVALID_ARG);
+    CHECK_STATUS(kiln__backend_create_named("vulkan", 6, 1, &b), KILN_E_NOT_FOUND);
+    CHECK_ERROR_MENTIONS("device 'vulkan' is not known");
+    CHECK(b == NULL);
+}
+
 /* ---- Random DAGs ---- */
 
 static float dag_leaf[3][40 * 6], dag_weight[40 * 40];
@@ -620,6 +642,7 @@ int main(void) {
     RUN(buffer_verbs_move_bytes_on_host_and_device_buffers);
     RUN(buffer_verbs_reject_ranges_outside_the_buffer);
     RUN(the_restricted_backend_accepts_only_its_ops_and_views);
+    RUN(a_device_list_names_a_restricted_backend_by_its_ops);
     RUN(random_dags_give_the_same_bytes_on_every_backend_list);
     RUN(model_logits_are_bit_identical_with_the_fused_ops_offloaded);
     destroy_backends();

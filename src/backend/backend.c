@@ -73,10 +73,36 @@ void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out) {
     if (b->iface->memory) b->iface->memory(b, out);
 }
 
+/* The op whose printed name (kiln__op_name) is the len bytes at s, or KILN_OP_NONE. */
+static kiln_op op_named(const char *s, size_t len) {
+    for (int op = KILN_OP_NONE + 1; op < KILN_OP_COUNT; op++) {
+        const char *name = kiln__op_name((kiln_op)op);
+        if (strlen(name) == len && !memcmp(name, s, len)) return (kiln_op)op;
+    }
+    return KILN_OP_NONE;
+}
+
+/* "cpu-restricted:OP+OP+...": the restricted CPU backend running the listed ops. */
 kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out) {
-    (void)n_threads;
+    static const char restricted[] = "cpu-restricted:";
+    const size_t plen = sizeof restricted - 1;
+    kiln_op ops[KILN_OP_COUNT];
+    int32_t n_ops = 0;
     *out = NULL;
-    return kiln__error(KILN_E_NOT_FOUND, "device '%.*s' is not known (known: cpu)", (int)KILN__MIN(len, 64), name);
+    if (len < plen || memcmp(name, restricted, plen) != 0)
+        return kiln__error(KILN_E_NOT_FOUND, "device '%.*s' is not known (known: cpu, cpu-restricted:OP+OP+...)",
+                           (int)KILN__MIN(len, 64), name);
+    for (size_t at = plen; at <= len;) {
+        const char *plus = memchr(name + at, '+', len - at);
+        size_t end = plus ? (size_t)(plus - name) : len;
+        kiln_op op = op_named(name + at, end - at);
+        if (op == KILN_OP_NONE)
+            return kiln__error(KILN_E_INVALID_ARG, "device '%.*s': '%.*s' is not an op name (as kiln graph prints them)",
+                               (int)KILN__MIN(len, 64), name, (int)KILN__MIN(end - at, 64), name + at);
+        if (n_ops < KILN_OP_COUNT) ops[n_ops++] = op; /* a repeated op just takes another slot */
+        at = end + 1;
+    }
+    return kiln__backend_cpu_restricted_create(n_threads, ops, n_ops, out);
 }
 
 void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user) {
