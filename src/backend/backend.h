@@ -3,14 +3,31 @@
  *
  * A backend is { iface, context }: iface is a table of function pointers, context the backend's private
  * state. The CPU backend is always available and supports every op; a device backend answers
- * supports_op() for what it can run, and everything else falls back to the CPU.
+ * supports_op() for what it can run, and everything else falls back to the CPU (runtime/sched.h).
  *
- * Contract of each slot:
+ * Buffers have verbs. A buffer belongs to the backend that allocated it, and only that backend knows
+ * what its memory is: for a host backend `base` is a host pointer, for any other it is an opaque device
+ * address that only the backend's own slots and kernels interpret (a tensor placed in such a buffer has
+ * data = base + offset, which nothing outside the backend may dereference). Code outside src/backend/
+ * moves bytes in and out through kiln__buffer_set/get/memset/copy, never through `base`.
+ *
+ * Contract of each slot (optional slots may be NULL; their defaults live in the wrappers in backend.c):
  *   name          a constant string ("cpu")
  *   supports_op   whether compute() can run this node (its op, types and layout)
- *   buffer_alloc  memory the backend can compute on (host memory for the CPU); size may be 0
+ *   is_host       optional; whether the backend's buffers are plain host memory that the host may read
+ *                 and write directly (default: false)
+ *   alignment     optional; the alignment of offsets a tensor may start at in its buffers (default:
+ *                 KILN_BACKEND_ALIGN)
+ *   buffer_alloc  memory the backend can compute on; size may be 0
  *   buffer_free   releases a buffer from buffer_alloc; a zeroed buffer is a no-op
- *   compute       runs every node of an ordered, planned graph (kiln__graph_order, kiln__plan_commit)
+ *   buffer_set    optional; host bytes -> buffer at offset (default for a host backend: memcpy)
+ *   buffer_get    optional; buffer at offset -> host bytes (default for a host backend: memcpy)
+ *   buffer_memset optional; fill a range with a byte value (default for a host backend: memset)
+ *   buffer_copy   optional; buffer to buffer within this backend (default for a host backend: memmove)
+ *                 The wrappers have checked every range against the buffers' sizes before a slot runs.
+ *   compute       runs the execution-order nodes [i0, i1) of an ordered, planned graph (kiln__graph_order
+ *                 then a plan commit); every node of the range is one this backend supports. Nodes outside
+ *                 the range are neither run nor read except as sources of nodes inside it.
  *   destroy       releases the backend
  *   memory        optional: what it prepared (repacked weights); the wrapper reports zeros without it
  */
@@ -19,11 +36,15 @@
 
 #include "graph/graph.h"
 
+/* The alignment of tensors in a buffer when a backend does not say otherwise (the planner's too). */
+#define KILN_BACKEND_ALIGN 64
+
 typedef struct kiln_backend kiln_backend;
 
 typedef struct kiln_buffer {
-    void *base;
-    size_t size;
+    kiln_backend *backend; /* the owner; NULL for a zeroed (never allocated) buffer */
+    void *base;  /* host pointer (is_host) or opaque device address; never dereferenced outside the backend */
+    size_t size; /* bytes */
 } kiln_buffer;
 
 typedef struct kiln_backend_memory kiln_backend_memory;
@@ -31,9 +52,16 @@ typedef struct kiln_backend_memory kiln_backend_memory;
 typedef struct kiln_backend_iface {
     const char *(*name)(const kiln_backend *b);
     bool (*supports_op)(const kiln_backend *b, const kiln_tensor *node);
+    bool (*is_host)(const kiln_backend *b);
+    size_t (*alignment)(const kiln_backend *b);
     kiln_status (*buffer_alloc)(kiln_backend *b, size_t size, kiln_buffer *out);
     void (*buffer_free)(kiln_backend *b, kiln_buffer *buf);
-    kiln_status (*compute)(kiln_backend *b, kiln_graph *g);
+    kiln_status (*buffer_set)(kiln_buffer *buf, size_t offset, const void *src, size_t size);
+    kiln_status (*buffer_get)(const kiln_buffer *buf, size_t offset, void *dst, size_t size);
+    kiln_status (*buffer_memset)(kiln_buffer *buf, size_t offset, int value, size_t size);
+    kiln_status (*buffer_copy)(const kiln_buffer *src, size_t src_offset, kiln_buffer *dst, size_t dst_offset,
+                               size_t size);
+    kiln_status (*compute)(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1);
     void (*destroy)(kiln_backend *b);
     void (*memory)(const kiln_backend *b, kiln_backend_memory *out); /* optional: nothing prepared */
 } kiln_backend_iface;
@@ -47,6 +75,15 @@ struct kiln_backend {
 
 /* The CPU backend with a persistent pool of n_threads threads (0 = number of online cores). */
 kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out);
+
+/* A second, real CPU backend (its own thread pool and packed weights, the same kernels) that accepts only
+ * the n_ops listed ops (views always) and whose buffers are its own allocations declared not host, so
+ * that a scheduler must copy bytes in and out of it through the buffer verbs as it would for a device.
+ * It is a unified-memory backend for weights: it reads leaves flagged KILN_TENSOR_WEIGHT or
+ * KILN_TENSOR_CONST in host memory where they lie; every other tensor it reads must be in its buffers.
+ * Named "cpu-restricted". It exists to test the scheduling machinery without a device. */
+kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op *ops, int32_t n_ops,
+                                                kiln_backend **out);
 
 /* A backend other than the CPU by name (the first len bytes of name), for the device list of
  * kiln_model_params; KILN_E_NOT_FOUND lists the known names. */
@@ -71,10 +108,26 @@ void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user);
 
 const char *kiln__backend_name(const kiln_backend *b);
 bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node);
+bool kiln__backend_is_host(const kiln_backend *b);
+size_t kiln__backend_alignment(const kiln_backend *b);
+/* On success out->backend is b. */
 kiln_status kiln__backend_buffer_alloc(kiln_backend *b, size_t size, kiln_buffer *out);
 void kiln__backend_buffer_free(kiln_backend *b, kiln_buffer *buf);
-/* Checks that the backend supports every node, then computes the graph. */
+/* Checks that the backend supports every node, then computes the whole graph. */
 kiln_status kiln__backend_compute(kiln_backend *b, kiln_graph *g);
+/* Checks the range and that the backend supports every node in it, then computes nodes [i0, i1). */
+kiln_status kiln__backend_compute_range(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1);
 void kiln__backend_destroy(kiln_backend *b);
+
+/* Buffer verbs. Each checks that [offset, offset + size) lies inside the buffer (KILN_E_RANGE, naming the
+ * range and the buffer's size, otherwise) and that the backend can do it (KILN_E_UNSUPPORTED for a
+ * device backend without the slot). A size of 0 is a no-op inside the bounds. */
+kiln_status kiln__buffer_set(kiln_buffer *buf, size_t offset, const void *src, size_t size);
+kiln_status kiln__buffer_get(const kiln_buffer *buf, size_t offset, void *dst, size_t size);
+kiln_status kiln__buffer_memset(kiln_buffer *buf, size_t offset, int value, size_t size);
+/* src and dst must belong to the same backend; the ranges may overlap. */
+kiln_status kiln__buffer_copy(const kiln_buffer *src, size_t src_offset, kiln_buffer *dst, size_t dst_offset,
+                              size_t size);
+
 
 #endif

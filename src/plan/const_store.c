@@ -68,7 +68,9 @@ static void *adjacent_concat(const kiln_tensor *node) {
     return node->src[0]->data;
 }
 
-/* Evaluate node into a fresh buffer on the backend: a small graph of copies of its source leaves. */
+/* Evaluate node into a fresh buffer on the backend: a small graph of copies of its source leaves. The
+ * result (a computed node, never a view: constant folding skips views) is read back through the buffer
+ * verbs into host memory, where the constant leaf that replaces the node will point. */
 static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void **data) {
     kiln_graph *g = NULL;
     kiln_tensor proto = *node;
@@ -89,7 +91,10 @@ static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void *
             !(st = kiln__plan_commit(g, arena.base, arena.size)) && !(st = kiln__backend_compute(s->backend, g))) {
             *data = kiln__alloc(kiln__tensor_nbytes(t));
             if (!*data) st = kiln__nomem("a folded constant");
-            else memcpy(*data, t->data, kiln__tensor_nbytes(t));
+            else if ((st = kiln__buffer_get(&arena, t->plan_offset, *data, kiln__tensor_nbytes(t)))) {
+                kiln__dealloc(*data);
+                *data = NULL;
+            }
         }
     }
     kiln__backend_buffer_free(s->backend, &arena);

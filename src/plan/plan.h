@@ -38,4 +38,22 @@ kiln_status kiln__plan_commit(kiln_graph *g, void *base, size_t size);
  * the arena, except a node written in place over its dying source. */
 kiln_status kiln__plan_verify(const kiln_graph *g);
 
+/* One arena's share of a graph, when its nodes are spread over several arenas (one per backend, see
+ * runtime/sched.h). Lifetimes are still analysed over the whole execution order, so a member's last use
+ * may be a step that belongs to another arena; only members are placed, and a source is written over in
+ * place only when it is a member too. keep_until lets a tensor outlive its last reader: its bytes are
+ * kept through that step (a copy into another backend's arena reads them there). */
+typedef struct kiln_plan_subset {
+    const uint8_t *member;     /* [n_nodes]: nonzero for the nodes (computed or views) this arena holds */
+    const int32_t *keep_until; /* [n_tensors] or NULL: a step through which the bytes must live, or -1 */
+} kiln_plan_subset;
+
+/* As kiln__plan_measure, kiln__plan_commit and kiln__plan_verify, for the members of sub only (sub NULL:
+ * the whole graph). Commit sets the data of member nodes only: a member view's base must already have
+ * its data (it is a leaf, or a member of the same arena). */
+kiln_status kiln__plan_measure_subset(kiln_graph *g, const kiln_plan_subset *sub, size_t *size,
+                                      kiln_plan_stats *stats);
+kiln_status kiln__plan_commit_subset(kiln_graph *g, const kiln_plan_subset *sub, void *base, size_t size);
+kiln_status kiln__plan_verify_subset(const kiln_graph *g, const kiln_plan_subset *sub);
+
 #endif

@@ -1,7 +1,9 @@
 /*
  * cpu_backend.c - the CPU backend: host buffers, support for every op, and graph execution on the
- * persistent thread pool. A whole graph is one pool job: every thread walks the execution order, runs
- * its share of each computing node, and meets the others at a barrier before the next node. Per-thread
+ * persistent thread pool. A range of the execution order (the whole graph, or one scheduler split) is one
+ * pool job: every thread walks the range, runs its share of each computing node, and meets the others at
+ * a barrier before the next node. Its buffers are host memory, so the buffer verbs use the wrappers'
+ * defaults (memcpy, memset, memmove). Per-thread
  * kernel scratch, and the scratch a node's threads share (quantized activations), are sized from the
  * graph and grow only when a larger graph arrives, so a warmed-up decode step allocates nothing.
  */
@@ -52,6 +54,7 @@ typedef struct cpu_context {
     const void **node_packed; /* [node index] the packed weight for the active level, or NULL */
     int32_t node_packed_cap;
     kiln_graph *graph;      /* the graph being computed (job argument) */
+    int32_t i0, i1;         /* the range of its execution order being computed (job argument) */
     kiln_backend *self;     /* for the abort callback */
     atomic_int stop_at;     /* the node after which every thread stops: set by thread 0 when the abort
                              * callback says so; each thread compares it with the node it has just
@@ -74,6 +77,11 @@ static bool cpu_supports_op(const kiln_backend *b, const kiln_tensor *node) {
     return true;
 }
 
+static bool cpu_is_host(const kiln_backend *b) {
+    (void)b;
+    return true;
+}
+
 static kiln_status cpu_buffer_alloc(kiln_backend *b, size_t size, kiln_buffer *out) {
     (void)b;
     out->base = kiln__alloc(size);
@@ -90,7 +98,7 @@ static void cpu_buffer_free(kiln_backend *b, kiln_buffer *buf) {
 static void graph_job(void *arg, int ith, int nth) {
     cpu_context *c = arg;
     kiln_graph *g = c->graph;
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
+    for (int32_t i = c->i0; i < c->i1; i++) {
         kiln_tensor *t = kiln__graph_node(g, i);
         kiln_cpu_kernel kernel = kiln__cpu_kernel(t->op);
         if (!kernel) continue;
@@ -189,9 +197,10 @@ static kiln_status make_packed(cpu_context *c, const kiln_tensor *w, const void 
     return KILN_OK;
 }
 
-/* Look up (or make) the packed weight of every node, for the level in use now, reporting progress over
- * the bytes still to prepare. */
-static kiln_status prepare_packed(cpu_context *c, kiln_graph *g) {
+/* Look up (or make) the packed weight of every node in [i0, i1), for the level in use now, reporting
+ * progress over the bytes still to prepare. The index is sized for the whole graph, so that it stays
+ * indexed by node position. */
+static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int32_t i1) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     int32_t n = kiln__graph_n_nodes(g);
     uint64_t todo = 0, done = 0;
@@ -202,13 +211,13 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g) {
         c->node_packed = p;
         c->node_packed_cap = n;
     }
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = i0; i < i1; i++) {
         const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
         const packed_weight *pw = w ? find_packed(c, w) : NULL;
         c->node_packed[i] = pw ? pw->data : NULL;
         if (w && !pw) todo += packed_bytes(w);
     }
-    for (int32_t i = 0; i < n && todo; i++) {
+    for (int32_t i = i0; i < i1 && todo; i++) {
         const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
         if (!w || c->node_packed[i]) continue;
         const packed_weight *pw = find_packed(c, w); /* made for an earlier node of this graph */
@@ -223,10 +232,10 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g) {
     return KILN_OK;
 }
 
-/* Grow the shared scratch to hold the largest node's need. */
-static kiln_status grow_shared(cpu_context *c, kiln_graph *g) {
+/* Grow the shared scratch to hold the largest need of a node in [i0, i1). */
+static kiln_status grow_shared(cpu_context *c, kiln_graph *g, int32_t i0, int32_t i1) {
     size_t need = 0;
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
+    for (int32_t i = i0; i < i1; i++) {
         kiln_tensor *t = kiln__graph_node(g, i);
         size_t n = kiln__cpu_kernel(t->op) ? kiln__cpu_shared_bytes(t) : 0;
         if (n > need) need = n;
@@ -241,17 +250,18 @@ static kiln_status grow_shared(cpu_context *c, kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g) {
+static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
     cpu_context *c = b->context;
     size_t stride = 0, total;
     int nth = kiln__pool_size(c->pool);
     kiln_status s;
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) {
+    if (i0 == i1) return KILN_OK;
+    for (int32_t i = i0; i < i1; i++) {
         kiln_tensor *t = kiln__graph_node(g, i);
         size_t need = kiln__cpu_kernel(t->op) ? kiln__cpu_scratch_floats(t) : 0;
         if (need > stride) stride = need;
     }
-    if ((s = grow_shared(c, g)) || (s = prepare_packed(c, g))) return s;
+    if ((s = grow_shared(c, g, i0, i1)) || (s = prepare_packed(c, g, i0, i1))) return s;
     stride = (stride + 15) & ~(size_t)15; /* keep each thread's scratch 64-byte aligned */
     if (kiln__mul_overflow_size(stride, (size_t)nth, &total))
         return kiln__error(KILN_E_RANGE, "kernel scratch size overflows");
@@ -263,6 +273,8 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g) {
     }
     c->scratch_stride = stride;
     c->graph = g;
+    c->i0 = i0;
+    c->i1 = i1;
     atomic_store(&c->stop_at, INT32_MAX);
     kiln__pool_run(c->pool, graph_job, c);
     c->graph = NULL;
@@ -290,7 +302,14 @@ static void cpu_memory(const kiln_backend *b, kiln_backend_memory *out) {
 }
 
 static const kiln_backend_iface cpu_iface = {
-    cpu_name, cpu_supports_op, cpu_buffer_alloc, cpu_buffer_free, cpu_compute, cpu_destroy, cpu_memory,
+    .name = cpu_name,
+    .supports_op = cpu_supports_op,
+    .is_host = cpu_is_host,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .compute = cpu_compute,
+    .destroy = cpu_destroy,
+    .memory = cpu_memory,
 };
 
 void kiln__backend_cpu_set_mapping(kiln_backend *b, const void *mapping, size_t size) {
