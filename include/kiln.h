@@ -511,7 +511,7 @@ kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *para
 void kiln_ctx_destroy(kiln_ctx *ctx);
 
 /* A batch of tokens, each of one sequence at one position, in the style of llama.cpp's llama_batch.
- * kiln_batch_init allocates the arrays for `capacity` tokens; the caller fills them (or uses
+ * kiln_batch_init allocates the arrays for `capacity` tokens (1 .. 2^24); the caller fills them (or uses
  * kiln_batch_add) and sets n_tokens. */
 typedef struct kiln_batch {
     int32_t n_tokens;
@@ -552,12 +552,12 @@ int32_t kiln_ctx_n_seq_max(const kiln_ctx *ctx);
 void kiln_ctx_reset(kiln_ctx *ctx); /* forget every sequence */
 
 /* The KV cache. A range [p0, p1) of positions: p0 < 0 means 0, p1 < 0 means to the end. seq -1 means
- * every sequence (for rm). Each fails with KILN_E_INVALID_ARG for an id outside 0 .. n_seq_max - 1 or an
- * empty range p1 <= p0 (when both are given). */
+ * every sequence (for rm). Each fails with KILN_E_INVALID_ARG for an id outside 0 .. n_seq_max - 1 or a
+ * range that is empty once its open ends are filled in. */
 /* Forget the positions [p0, p1) of seq (every sequence when seq is -1). */
 kiln_status kiln_kv_seq_rm(kiln_ctx *ctx, int32_t seq, int32_t p0, int32_t p1);
-/* Make dst share src's cells at positions [p0, p1): no recomputation and no copy of K or V. dst must hold
- * no positions in that range. */
+/* Make dst share src's cells at positions [p0, p1): no recomputation and no copy of K or V. In that range
+ * dst must hold no cells but those it already shares with src (copying again is a no-op; src == dst too). */
 kiln_status kiln_kv_seq_cp(kiln_ctx *ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 /* Forget every sequence but seq. */
 kiln_status kiln_kv_seq_keep(kiln_ctx *ctx, int32_t seq);
@@ -567,7 +567,7 @@ int32_t kiln_kv_seq_pos_max(const kiln_ctx *ctx, int32_t seq);
 int32_t kiln_kv_n_used(const kiln_ctx *ctx);
 
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
- * compiled if needed; both are rounded up to their buckets). */
+ * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */
 typedef struct kiln_plan_info {
     int32_t n_tokens;                  /* the bucket */
     int32_t n_outputs;                 /* the bucket */

@@ -86,6 +86,7 @@ kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize
 }
 
 void kiln__compiled_free(kiln_compiled *p) {
+    kiln__sched_plan_destroy(p->sched);
     kiln__graph_destroy(p->graph);
     memset(p, 0, sizeof *p);
 }
@@ -104,8 +105,12 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     double t0 = now_ms();
     kiln_status s = kiln__compile_graph(c, T, O, true, &p->graph, &p->passes);
     if (s) return s;
+    /* The one-arena figures of kiln_plan_info; the scheduler then plans each backend's own arena. */
     if ((s = kiln__plan_measure(p->graph, &arena, &p->plan))) return s;
-    p->logits = kiln__graph_output(p->graph, 0);
+    if ((s = kiln__sched_plan_create(c->engine->sched, p->graph, T, &p->sched))) return s;
+    p->plan.arena_bytes = 0;
+    for (int32_t i = 0; i < c->engine->n_backends; i++) p->plan.arena_bytes += kiln__sched_plan_arena_bytes(p->sched, i);
+    p->logits = kiln__sched_plan_output(p->sched, 0);
     p->ids = find_leaf(p->graph, "ids");
     p->pos = find_leaf(p->graph, "pos");
     p->cells = find_leaf(p->graph, "kv_cells");
@@ -116,6 +121,7 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     p->compile_ms = now_ms() - t0;
     logf_ctx(c, "compiled the plan for %d tokens, %d logits rows: %d -> %d nodes, arena %.1f MiB, %.1f ms", T, O,
              p->passes.nodes_before, p->passes.nodes_after, (double)p->plan.arena_bytes / (1 << 20), p->compile_ms);
+    if (c->log && c->engine->n_backends > 1) kiln__sched_plan_describe(p->sched, c->log, c->log_user);
     return KILN_OK;
 }
 
@@ -155,10 +161,14 @@ kiln_status kiln__compiled_run(kiln_ctx *c, kiln_compiled *p) {
     if (p->cells) p->cells->data = c->cell_of;
     if (p->mask) p->mask->data = c->mask;
     if (p->out_ids) p->out_ids->data = c->out_ids;
-    if (p->plan.arena_bytes > c->arena.size) {
-        kiln__backend_buffer_free(c->engine->cpu, &c->arena);
-        if ((s = kiln__backend_buffer_alloc(c->engine->cpu, p->plan.arena_bytes, &c->arena))) return s;
+    for (int32_t i = 0; i < c->engine->n_backends; i++) {
+        kiln_backend *b = c->engine->backends[i];
+        size_t need = kiln__sched_plan_arena_bytes(p->sched, i);
+        if (need > c->arenas[i].size) {
+            kiln__backend_buffer_free(b, &c->arenas[i]);
+            if ((s = kiln__backend_buffer_alloc(b, need, &c->arenas[i]))) return s;
+        }
     }
-    if ((s = kiln__plan_commit(p->graph, c->arena.base, c->arena.size))) return s;
-    return kiln__backend_compute(c->engine->cpu, p->graph);
+    if ((s = kiln__sched_plan_commit(p->sched, c->arenas))) return s;
+    return kiln__sched_compute(p->sched);
 }

@@ -6,7 +6,7 @@
  * ids, positions, the KV cells the tokens are written to, the attention mask over every cell, and which
  * tokens' logits to compute. Batches are padded up to the bucket: padding tokens write no cell, see no
  * key, and produce no logits that anyone reads. The context keeps up to KILN_PLAN_CACHE plans (least
- * recently used replaced); all share one arena, grown to the largest.
+ * recently used replaced); all share one arena per backend, grown to the largest.
  */
 #ifndef KILN_RUNTIME_COMPILE_H
 #define KILN_RUNTIME_COMPILE_H
@@ -26,7 +26,8 @@ typedef struct kiln_compiled {
     int32_t n_outputs;    /* the logits bucket O (1 <= O <= T) */
     kiln_graph *graph;
     kiln_tensor *ids, *pos, *cells, *mask, *out_ids; /* the input leaves: [T], [T], [T], [C, T], [O] */
-    kiln_tensor *logits;  /* [V, O] output */
+    kiln_tensor *logits;  /* [V, O] output, in host memory */
+    kiln_sched_plan *sched; /* which backend runs each node; the copies between them */
     kiln_plan_stats plan;
     kiln_pipeline_stats passes;
     double compile_ms;
@@ -43,7 +44,7 @@ struct kiln_ctx {
     kiln_buffer kv;       /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
     kiln_type kv_type;
     size_t kv_row_bytes;
-    kiln_buffer arena;    /* planned intermediates, shared by all plans */
+    kiln_buffer arenas[KILN_MAX_BACKENDS]; /* planned intermediates per backend, shared by all plans */
     kiln_pass_set passes;
     bool check_passes;
     kiln_abort_fn abort_fn;

@@ -106,7 +106,7 @@ void kiln_ctx_destroy(kiln_ctx *c) {
     if (!c) return;
     for (int i = 0; i < KILN_PLAN_CACHE; i++) kiln__compiled_free(&c->plans[i]);
     kiln__backend_buffer_free(c->engine->cpu, &c->kv);
-    kiln__backend_buffer_free(c->engine->cpu, &c->arena);
+    for (int32_t i = 0; i < c->engine->n_backends; i++) kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
     kiln__kv_free(&c->cells);
     kiln__dealloc(c->ids);
     kiln__dealloc(c->pos);
@@ -202,9 +202,10 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
     if (!s) {
         kiln__kv_occupy(&c->cells, c->cell_of, b->pos, b->seq_id, b->n_tokens);
         fill_inputs(c, b, T, O);
-        kiln__backend_set_abort(c->engine->cpu, c->abort_fn, c->abort_user);
+        for (int32_t i = 0; i < c->engine->n_backends; i++)
+            kiln__backend_set_abort(c->engine->backends[i], c->abort_fn, c->abort_user);
         s = kiln__compiled_run(c, plan);
-        kiln__backend_set_abort(c->engine->cpu, NULL, NULL);
+        for (int32_t i = 0; i < c->engine->n_backends; i++) kiln__backend_set_abort(c->engine->backends[i], NULL, NULL);
         if (s) kiln__kv_release(&c->cells, c->cell_of, b->n_tokens);
     }
     pthread_mutex_unlock(&c->engine->lock);
@@ -285,10 +286,11 @@ kiln_status kiln_ctx_plan_info(kiln_ctx *c, int32_t n_tokens, int32_t n_outputs,
     int32_t count, T, O;
     const kiln_pass *passes = kiln__passes(&count);
     kiln_status s;
-    if (!c || !out || n_tokens <= 0 || n_tokens > c->n_batch || n_outputs <= 0 || n_outputs > n_tokens)
+    if (!c || !out || n_tokens <= 0 || n_tokens > c->n_batch || n_outputs < 0 || n_outputs > n_tokens)
         return kiln__error(KILN_E_INVALID_ARG,
-                           "kiln_ctx_plan_info: n_tokens %d must be in 1..n_batch and n_outputs %d in 1..n_tokens",
+                           "kiln_ctx_plan_info: n_tokens %d must be in 1..n_batch and n_outputs %d in 0..n_tokens",
                            n_tokens, n_outputs);
+    n_outputs = KILN__MAX(n_outputs, 1);
     T = kiln__bucket(c, n_tokens);
     O = KILN__MIN(kiln__bucket(c, n_outputs), T);
     pthread_mutex_lock(&c->engine->lock);
@@ -314,8 +316,8 @@ kiln_status kiln_ctx_plan_info(kiln_ctx *c, int32_t n_tokens, int32_t n_outputs,
     out->n_reused = plan->plan.n_reused;
     out->n_inplace = plan->plan.n_inplace;
     out->const_bytes = kiln__const_store_bytes(c->engine->consts);
-    out->n_splits = 1;
-    out->n_copies = 0;
+    out->n_splits = kiln__sched_plan_n_splits(plan->sched);
+    out->n_copies = kiln__sched_plan_n_copies(plan->sched);
     out->compile_ms = plan->compile_ms;
     return KILN_OK;
 }

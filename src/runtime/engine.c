@@ -78,6 +78,11 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
         kiln__backend_cpu_set_progress(e->cpu, p->progress, p->progress_user);
         st = kiln__const_store_create(e->cpu, &e->consts);
     }
+    if (!st) {
+        kiln_sched_backend list[KILN_MAX_BACKENDS];
+        for (int32_t i = 0; i < e->n_backends; i++) list[i] = (kiln_sched_backend){e->backends[i], e->min_batch[i]};
+        st = kiln__sched_create(list, e->n_backends, &e->sched);
+    }
     if (st) {
         kiln__engine_destroy(e);
         return st;
@@ -88,6 +93,7 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
 
 void kiln__engine_destroy(kiln_engine *e) {
     if (!e) return;
+    kiln__sched_destroy(e->sched);
     kiln__const_store_destroy(e->consts);
     for (int32_t i = 0; i < e->n_backends; i++) kiln__backend_destroy(e->backends[i]);
     pthread_mutex_destroy(&e->lock);

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "plan/const_store.h"
+#include "runtime/sched.h"
 
 #include <pthread.h>
 
@@ -22,6 +23,7 @@ typedef struct kiln_engine {
     int32_t n_backends;
     kiln_backend *cpu;                         /* == backends[n_backends - 1] */
     int32_t n_threads;
+    kiln_sched *sched;                         /* assigns each plan's nodes to the backends */
     kiln_const_store *consts;                  /* folded constants, shared by every plan of every context */
     pthread_mutex_t lock;                      /* held while a context compiles or computes */
 } kiln_engine;
