@@ -71,3 +71,27 @@ kiln_ctx_params harness_ctx_params(void) {
     p.check_passes = check && *check && strcmp(check, "0") != 0;
     return p;
 }
+
+static long allocations;
+static void *count_alloc(size_t n, void *u) {
+    (void)u;
+    allocations++;
+    return malloc(n);
+}
+static void *count_realloc(void *p, size_t n, void *u) {
+    (void)u;
+    allocations++;
+    return realloc(p, n);
+}
+static void count_free(void *p, void *u) {
+    (void)u;
+    free(p);
+}
+
+void harness_count_allocations(void) {
+    static const kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
+    allocations = 0;
+    kiln_set_allocator(&counting);
+}
+void harness_zero_allocations(void) { allocations = 0; }
+long harness_allocations(void) { return allocations; }

@@ -30,6 +30,11 @@ const char *harness_data_path(const char *relative);
 /* Context parameters for tests: the defaults, with every graph pass verified when the test run sets
  * KILN_CHECK_PASSES=1 (tests/CMakeLists.txt does; the library itself reads no environment). */
 kiln_ctx_params harness_ctx_params(void);
+/* Install an allocator that counts every alloc and realloc (kiln_set_allocator(NULL) removes it), so a
+ * test can pin that a step allocates nothing. */
+void harness_count_allocations(void);
+void harness_zero_allocations(void);
+long harness_allocations(void);
 
 #define RUN(fn) harness_run(#fn, fn)
 

@@ -733,22 +733,6 @@ static void two_contexts_on_one_model_share_one_prepared_copy_of_the_weights(voi
     remove(path);
 }
 
-static long n_allocs;
-static void *count_alloc(size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return malloc(n);
-}
-static void *count_realloc(void *p, size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return realloc(p, n);
-}
-static void count_free(void *p, void *u) {
-    (void)u;
-    free(p);
-}
-
 /* One greedy step for sequences 0 .. n_seqs - 1, each at pos[s] with last token tok[s]. */
 static kiln_status greedy_step(kiln_ctx *ctx, kiln_batch *b, int32_t n_seqs, int32_t *tok, int32_t *pos,
                                int32_t n_vocab) {
@@ -767,13 +751,12 @@ static kiln_status greedy_step(kiln_ctx *ctx, kiln_batch *b, int32_t n_seqs, int
 }
 
 static void a_warmed_up_step_allocates_nothing_with_one_and_with_four_sequences(void) {
-    kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
     kiln_batch b = {0};
     int32_t tok[4] = {1, 1, 1, 1}, pos[4] = {0, 0, 0, 0}, n_vocab;
     long one = -1, four = -1;
-    kiln_set_allocator(&counting);
+    harness_count_allocations();
     CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
     if (!m) goto done;
     n_vocab = kiln_model_n_vocab(m);
@@ -783,14 +766,14 @@ static void a_warmed_up_step_allocates_nothing_with_one_and_with_four_sequences(
     /* Warm-up: each shape once. Seq 0 then holds 2 positions, the others 1. */
     CHECK_OK(greedy_step(ctx, &b, 1, tok, pos, n_vocab));
     CHECK_OK(greedy_step(ctx, &b, 4, tok, pos, n_vocab));
-    n_allocs = 0;
+    harness_zero_allocations();
     for (int i = 0; i < 20; i++)
         CHECK_OK(greedy_step(ctx, &b, 1, tok, pos, n_vocab));
-    one = n_allocs;
-    n_allocs = 0;
+    one = harness_allocations();
+    harness_zero_allocations();
     for (int i = 0; i < 20; i++)
         CHECK_OK(greedy_step(ctx, &b, 4, tok, pos, n_vocab));
-    four = n_allocs;
+    four = harness_allocations();
     CHECK_EQ_INT(one, 0);
     CHECK_EQ_INT(four, 0);
     CHECK_EQ_INT(kiln_kv_n_used(ctx), 42 + 3 * 21); /* 0: 1 + 1 + 20 + 20 positions; 1..3: 1 + 20 */

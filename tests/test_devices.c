@@ -34,8 +34,10 @@ static int run(kiln_model *m, float *out) {
     CHECK_OK(kiln_ctx_create(m, &cp, &c));
     CHECK_OK(kiln_batch_init(16, &b));
     if (!c || !b.token) return 0;
-    for (int i = 0; i < 6; i++) kiln_batch_add(&b, p0[i], i, 0, i == 5);
-    for (int i = 0; i < 3; i++) kiln_batch_add(&b, p1[i], i, 1, i == 2);
+    for (int i = 0; i < 6; i++)
+        kiln_batch_add(&b, p0[i], i, 0, i == 5);
+    for (int i = 0; i < 3; i++)
+        kiln_batch_add(&b, p1[i], i, 1, i == 2);
     for (int step = 0; step < 5; step++) {
         CHECK_OK(kiln_ctx_decode_batch(c, &b));
         for (int s = 0; s < 2; s++) {
@@ -44,7 +46,8 @@ static int run(kiln_model *m, float *out) {
             if (l) memcpy(out + (size_t)rows++ * (size_t)V, l, (size_t)V * sizeof(float));
         }
         kiln_batch_clear(&b);
-        for (int s = 0; s < 2; s++) kiln_batch_add(&b, next[s] + step, kiln_kv_seq_pos_max(c, s) + 1, s, true);
+        for (int s = 0; s < 2; s++)
+            kiln_batch_add(&b, next[s] + step, kiln_kv_seq_pos_max(c, s) + 1, s, true);
     }
     kiln_batch_free(&b);
     kiln_ctx_destroy(c);

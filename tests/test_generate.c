@@ -209,39 +209,22 @@ static void a_request_that_overflows_the_kv_cache_is_refused_and_changes_nothing
     kiln_model_destroy(m);
 }
 
-static long n_allocs;
-static void *count_alloc(size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return malloc(n);
-}
-static void *count_realloc(void *p, size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return realloc(p, n);
-}
-static void count_free(void *p, void *u) {
-    (void)u;
-    free(p);
-}
-
 static void a_warmed_up_decode_step_allocates_nothing(void) {
-    kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
     kiln_model *m;
     kiln_ctx *ctx;
     kiln_ctx_params p = harness_ctx_params();
     const float *logits;
     int32_t tok = 1;
-    kiln_set_allocator(&counting);
+    harness_count_allocations();
     m = load_with_threads(2);
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits)); /* warm-up */
-    n_allocs = 0;
+    harness_zero_allocations();
     for (int i = 0; i < 20; i++) {
         tok = argmax(logits, kiln_model_n_vocab(m));
         CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
     }
-    CHECK_EQ_INT(n_allocs, 0);
+    CHECK_EQ_INT(harness_allocations(), 0);
     kiln_ctx_destroy(ctx);
     kiln_model_destroy(m);
     kiln_set_allocator(NULL);

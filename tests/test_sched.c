@@ -159,22 +159,6 @@ static void run_sched(const kiln_sched_backend *list, int n, int32_t n_tokens, g
     kiln__graph_destroy(g);
 }
 
-static long n_allocs;
-static void *count_alloc(size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return malloc(n);
-}
-static void *count_realloc(void *p, size_t n, void *u) {
-    (void)u;
-    n_allocs++;
-    return realloc(p, n);
-}
-static void count_free(void *p, void *u) {
-    (void)u;
-    free(p);
-}
-
 static void run_planned(kiln_graph *g, const kiln_sched_backend *list, int n, int32_t n_tokens, run_result *r,
                         long *allocs) {
     kiln_sched *s = NULL;
@@ -196,11 +180,10 @@ static void run_planned(kiln_graph *g, const kiln_sched_backend *list, int n, in
     CHECK_OK(kiln__sched_plan_commit(p, arenas));
     CHECK_OK(kiln__sched_compute(p));
     if (allocs) {
-        kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
-        kiln_set_allocator(&counting);
-        n_allocs = 0;
+        harness_count_allocations();
+        harness_zero_allocations();
         for (int i = 0; i < 5; i++) CHECK_OK(kiln__sched_compute(p));
-        *allocs = n_allocs;
+        *allocs = harness_allocations();
         kiln_set_allocator(NULL);
     }
     keep_outputs(r, kiln__graph_n_outputs(g), plan_output, p);

@@ -12,7 +12,8 @@ kiln_status kiln_batch_init(int32_t capacity, kiln_batch *out) {
     if (!out) return kiln__error(KILN_E_INVALID_ARG, "kiln_batch_init: out is NULL");
     memset(out, 0, sizeof *out);
     if (capacity <= 0 || capacity > (1 << 24))
-        return kiln__error(KILN_E_INVALID_ARG, "kiln_batch_init: capacity %d is not in 1..%d", capacity, 1 << 24);
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_batch_init: capacity %d is not in 1..%d", capacity,
+                           1 << 24);
     out->token = kiln__calloc((size_t)capacity, sizeof *out->token);
     out->pos = kiln__calloc((size_t)capacity, sizeof *out->pos);
     out->seq_id = kiln__calloc((size_t)capacity, sizeof *out->seq_id);
@@ -68,15 +69,16 @@ static kiln_status check_range(const char *fn, int32_t *p0, int32_t *p1) {
 
 kiln_status kiln_kv_seq_rm(kiln_ctx *c, int32_t seq, int32_t p0, int32_t p1) {
     kiln_status s;
-    if ((s = check_seq(c, "kiln_kv_seq_rm", seq, true)) || (s = check_range("kiln_kv_seq_rm", &p0, &p1))) return s;
+    if ((s = check_seq(c, "kiln_kv_seq_rm", seq, true)) || (s = check_range("kiln_kv_seq_rm", &p0, &p1)))
+        return s;
     kiln__kv_seq_rm(&c->cells, seq, p0, p1);
     return KILN_OK;
 }
 
 kiln_status kiln_kv_seq_cp(kiln_ctx *c, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     kiln_status s;
-    if ((s = check_seq(c, "kiln_kv_seq_cp", src, false)) || (s = check_seq(c, "kiln_kv_seq_cp", dst, false)) ||
-        (s = check_range("kiln_kv_seq_cp", &p0, &p1)))
+    if ((s = check_seq(c, "kiln_kv_seq_cp", src, false)) ||
+        (s = check_seq(c, "kiln_kv_seq_cp", dst, false)) || (s = check_range("kiln_kv_seq_cp", &p0, &p1)))
         return s;
     return kiln__kv_seq_cp(&c->cells, src, dst, p0, p1);
 }
@@ -88,6 +90,10 @@ kiln_status kiln_kv_seq_keep(kiln_ctx *c, int32_t seq) {
     return KILN_OK;
 }
 
-int32_t kiln_kv_seq_pos_max(const kiln_ctx *c, int32_t seq) { return c ? kiln__kv_seq_pos_max(&c->cells, seq) : -1; }
+int32_t kiln_kv_seq_pos_max(const kiln_ctx *c, int32_t seq) {
+    return c ? kiln__kv_seq_pos_max(&c->cells, seq) : -1;
+}
 
-int32_t kiln_kv_n_used(const kiln_ctx *c) { return c ? c->cells.n_used : 0; }
+int32_t kiln_kv_n_used(const kiln_ctx *c) {
+    return c ? c->cells.n_used : 0;
+}

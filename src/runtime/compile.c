@@ -14,7 +14,8 @@
 
 int32_t kiln__bucket(const kiln_ctx *c, int32_t n) {
     int32_t b = 1;
-    while (b < n) b *= 2;
+    while (b < n)
+        b *= 2;
     return KILN__MIN(b, c->n_batch);
 }
 
@@ -64,7 +65,8 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_
     in.n_outputs = O;
     *logits = kiln__model_build(c->model, g, &in);
     kiln__dealloc(caches);
-    return kiln__graph_status(g) ? kiln__error_prefix(kiln__graph_status(g), "building the graph: ") : KILN_OK;
+    return kiln__graph_status(g) ? kiln__error_prefix(kiln__graph_status(g), "building the graph: ")
+                                 : KILN_OK;
 }
 
 kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize, kiln_graph **out,
@@ -75,8 +77,9 @@ kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize
     kiln_pass_env env = {kiln__const_store_eval, c->engine->consts};
     kiln_status s = kiln__graph_create(192 * c->model->hp.n_layer + 256, &g);
     if (!s) s = build(c, g, T, O, &logits);
-    if (!s) s = optimize ? kiln__pipeline_run(g, &env, c->passes, c->check_passes, stats ? stats : &local)
-                         : kiln__graph_order(g);
+    if (!s)
+        s = optimize ? kiln__pipeline_run(g, &env, c->passes, c->check_passes, stats ? stats : &local)
+                     : kiln__graph_order(g);
     if (s) {
         kiln__graph_destroy(g);
         return s;
@@ -109,7 +112,8 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     if ((s = kiln__plan_measure(p->graph, &arena, &p->plan))) return s;
     if ((s = kiln__sched_plan_create(c->engine->sched, p->graph, T, &p->sched))) return s;
     p->plan.arena_bytes = 0;
-    for (int32_t i = 0; i < c->engine->n_backends; i++) p->plan.arena_bytes += kiln__sched_plan_arena_bytes(p->sched, i);
+    for (int32_t i = 0; i < c->engine->n_backends; i++)
+        p->plan.arena_bytes += kiln__sched_plan_arena_bytes(p->sched, i);
     p->logits = kiln__sched_plan_output(p->sched, 0);
     p->ids = find_leaf(p->graph, "ids");
     p->pos = find_leaf(p->graph, "pos");
@@ -119,8 +123,9 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     p->n_tokens = T;
     p->n_outputs = O;
     p->compile_ms = now_ms() - t0;
-    logf_ctx(c, "compiled the plan for %d tokens, %d logits rows: %d -> %d nodes, arena %.1f MiB, %.1f ms", T, O,
-             p->passes.nodes_before, p->passes.nodes_after, (double)p->plan.arena_bytes / (1 << 20), p->compile_ms);
+    logf_ctx(c, "compiled the plan for %d tokens, %d logits rows: %d -> %d nodes, arena %.1f MiB, %.1f ms", T,
+             O, p->passes.nodes_before, p->passes.nodes_after, (double)p->plan.arena_bytes / (1 << 20),
+             p->compile_ms);
     if (c->log && c->engine->n_backends > 1) kiln__sched_plan_describe(p->sched, c->log, c->log_user);
     return KILN_OK;
 }

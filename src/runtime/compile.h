@@ -22,11 +22,11 @@
 #define KILN_PLAN_CACHE 8
 
 typedef struct kiln_compiled {
-    int32_t n_tokens;     /* the token bucket T; 0 = empty slot */
-    int32_t n_outputs;    /* the logits bucket O (1 <= O <= T) */
+    int32_t n_tokens;  /* the token bucket T; 0 = empty slot */
+    int32_t n_outputs; /* the logits bucket O (1 <= O <= T) */
     kiln_graph *graph;
     kiln_tensor *ids, *pos, *cells, *mask, *out_ids; /* the input leaves: [T], [T], [T], [C, T], [O] */
-    kiln_tensor *logits;  /* [V, O] output, in host memory */
+    kiln_tensor *logits;                             /* [V, O] output, in host memory */
     kiln_sched_plan *sched; /* which backend runs each node; the copies between them */
     kiln_plan_stats plan;
     kiln_pipeline_stats passes;
@@ -36,12 +36,12 @@ typedef struct kiln_compiled {
 
 struct kiln_ctx {
     const kiln_model *model;
-    kiln_engine *engine;  /* the model's, borrowed */
-    int32_t n_ctx;        /* KV cells */
-    int32_t n_batch;      /* most tokens per batch */
+    kiln_engine *engine; /* the model's, borrowed */
+    int32_t n_ctx;       /* KV cells */
+    int32_t n_batch;     /* most tokens per batch */
     int32_t n_seq_max;
     kiln_kv_cells cells;
-    kiln_buffer kv;       /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_buffer kv; /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
     kiln_type kv_type;
     size_t kv_row_bytes;
     kiln_buffer arenas[KILN_MAX_BACKENDS]; /* planned intermediates per backend, shared by all plans */
@@ -53,13 +53,13 @@ struct kiln_ctx {
     void *log_user;
     /* Inputs of the current batch, sized for the largest bucket. */
     int32_t *ids, *pos, *cell_of, *seq, *out_ids; /* [bucket(n_batch)] */
-    float *mask;          /* [n_ctx * T] for the largest T compiled so far */
-    size_t mask_cap;      /* floats */
+    float *mask;                                  /* [n_ctx * T] for the largest T compiled so far */
+    size_t mask_cap;                              /* floats */
     /* Outputs of the last batch. */
-    int32_t *out_row;     /* [n_batch] batch index -> logits row, or -1 */
-    int32_t n_outputs;    /* rows of logits the last batch asked for */
-    const float *logits;  /* [n_outputs][V], in the plan's output */
-    int32_t n_last;       /* tokens of the last batch */
+    int32_t *out_row;                   /* [n_batch] batch index -> logits row, or -1 */
+    int32_t n_outputs;                  /* rows of logits the last batch asked for */
+    const float *logits;                /* [n_outputs][V], in the plan's output */
+    int32_t n_last;                     /* tokens of the last batch */
     int32_t *scratch_pos, *scratch_seq; /* [n_batch] the batches kiln_ctx_decode makes */
     int8_t *scratch_logits;
     kiln_compiled plans[KILN_PLAN_CACHE];

@@ -30,12 +30,15 @@ static kiln_status check_params(const kiln_model *m, const kiln_ctx_params *p) {
         return kiln__error(KILN_E_INVALID_ARG, "n_ctx %d, n_batch %d and n_seq_max %d must be >= 0", p->n_ctx,
                            p->n_batch, p->n_seq_max);
     if (p->n_seq_max > KILN_SEQ_MAX)
-        return kiln__error(KILN_E_INVALID_ARG, "n_seq_max %d exceeds KILN_SEQ_MAX (%d)", p->n_seq_max, KILN_SEQ_MAX);
+        return kiln__error(KILN_E_INVALID_ARG, "n_seq_max %d exceeds KILN_SEQ_MAX (%d)", p->n_seq_max,
+                           KILN_SEQ_MAX);
     if (kiln__has(&m->pos_embd) && p->n_ctx > m->hp.n_ctx_train)
-        return kiln__error(KILN_E_INVALID_ARG, "n_ctx %d exceeds the %d positions of the model's position table",
-                           p->n_ctx, m->hp.n_ctx_train);
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "n_ctx %d exceeds the %d positions of the model's position table", p->n_ctx,
+                           m->hp.n_ctx_train);
     if (!kiln__is_kv_cache_type(p->kv_type))
-        return kiln__error(KILN_E_UNSUPPORTED, "KV-cache type %d is not one of f32, f16, q8_0", (int)p->kv_type);
+        return kiln__error(KILN_E_UNSUPPORTED, "KV-cache type %d is not one of f32, f16, q8_0",
+                           (int)p->kv_type);
     return KILN_OK;
 }
 
@@ -104,9 +107,11 @@ kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *para
 
 void kiln_ctx_destroy(kiln_ctx *c) {
     if (!c) return;
-    for (int i = 0; i < KILN_PLAN_CACHE; i++) kiln__compiled_free(&c->plans[i]);
+    for (int i = 0; i < KILN_PLAN_CACHE; i++)
+        kiln__compiled_free(&c->plans[i]);
     kiln__backend_buffer_free(c->engine->cpu, &c->kv);
-    for (int32_t i = 0; i < c->engine->n_backends; i++) kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
+    for (int32_t i = 0; i < c->engine->n_backends; i++)
+        kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
     kiln__kv_free(&c->cells);
     kiln__dealloc(c->ids);
     kiln__dealloc(c->pos);
@@ -121,10 +126,18 @@ void kiln_ctx_destroy(kiln_ctx *c) {
     kiln__dealloc(c);
 }
 
-int32_t kiln_ctx_n_past(const kiln_ctx *c) { return c ? kiln__kv_seq_pos_max(&c->cells, 0) + 1 : 0; }
-int32_t kiln_ctx_n_ctx(const kiln_ctx *c) { return c ? c->n_ctx : 0; }
-int32_t kiln_ctx_n_batch(const kiln_ctx *c) { return c ? c->n_batch : 0; }
-int32_t kiln_ctx_n_seq_max(const kiln_ctx *c) { return c ? c->n_seq_max : 0; }
+int32_t kiln_ctx_n_past(const kiln_ctx *c) {
+    return c ? kiln__kv_seq_pos_max(&c->cells, 0) + 1 : 0;
+}
+int32_t kiln_ctx_n_ctx(const kiln_ctx *c) {
+    return c ? c->n_ctx : 0;
+}
+int32_t kiln_ctx_n_batch(const kiln_ctx *c) {
+    return c ? c->n_batch : 0;
+}
+int32_t kiln_ctx_n_seq_max(const kiln_ctx *c) {
+    return c ? c->n_seq_max : 0;
+}
 
 void kiln_ctx_reset(kiln_ctx *c) {
     if (!c) return;
@@ -141,24 +154,29 @@ static kiln_status check_batch(const kiln_ctx *c, const kiln_batch *b) {
         return kiln__error(KILN_E_INVALID_ARG, "batch has %d tokens; this context takes 1 to n_batch = %d",
                            b->n_tokens, c->n_batch);
     if (b->n_tokens > b->capacity || !b->token || !b->pos || !b->seq_id || !b->logits)
-        return kiln__error(KILN_E_INVALID_ARG, "batch arrays are missing or smaller than n_tokens %d (capacity %d)",
-                           b->n_tokens, b->capacity);
-    for (int32_t s = 0; s < c->n_seq_max; s++) next[s] = kiln__kv_seq_pos_max(&c->cells, s) + 1;
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "batch arrays are missing or smaller than n_tokens %d (capacity %d)", b->n_tokens,
+                           b->capacity);
+    for (int32_t s = 0; s < c->n_seq_max; s++)
+        next[s] = kiln__kv_seq_pos_max(&c->cells, s) + 1;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t s = b->seq_id[i], p = b->pos[i];
         if (b->token[i] < 0 || b->token[i] >= n_vocab)
-            return kiln__error(KILN_E_INVALID_ARG, "token %d at batch index %d is outside the vocabulary (0..%d)",
-                               b->token[i], i, n_vocab - 1);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "token %d at batch index %d is outside the vocabulary (0..%d)", b->token[i], i,
+                               n_vocab - 1);
         if (s < 0 || s >= c->n_seq_max)
             return kiln__error(KILN_E_INVALID_ARG, "sequence id %d at batch index %d is outside 0..%d", s, i,
                                c->n_seq_max - 1);
         if (p != next[s])
-            return kiln__error(KILN_E_INVALID_ARG,
-                               "position %d at batch index %d does not continue sequence %d, which expects %d", p, i,
-                               s, next[s]);
+            return kiln__error(
+                KILN_E_INVALID_ARG,
+                "position %d at batch index %d does not continue sequence %d, which expects %d", p, i, s,
+                next[s]);
         if (kiln__has(&c->model->pos_embd) && p >= c->model->hp.n_ctx_train)
-            return kiln__error(KILN_E_INVALID_ARG, "position %d at batch index %d is past the model's %d positions",
-                               p, i, c->model->hp.n_ctx_train);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "position %d at batch index %d is past the model's %d positions", p, i,
+                               c->model->hp.n_ctx_train);
         if (p == INT32_MAX)
             return kiln__error(KILN_E_RANGE, "sequence %d has reached the largest position", s);
         next[s] = p + 1;
@@ -179,7 +197,8 @@ static void fill_inputs(kiln_ctx *c, const kiln_batch *b, int32_t T, int32_t O) 
         if (real && b->logits[i]) c->out_ids[n_out++] = i;
     }
     if (n_out == 0) c->out_ids[n_out] = n - 1; /* the graph computes one row at least; nobody reads it */
-    for (int32_t j = KILN__MAX(n_out, 1); j < O; j++) c->out_ids[j] = c->out_ids[0];
+    for (int32_t j = KILN__MAX(n_out, 1); j < O; j++)
+        c->out_ids[j] = c->out_ids[0];
     c->n_outputs = n_out;
     c->n_last = n;
     kiln__kv_fill_mask(&c->cells, c->pos, c->seq, n, T, c->model->hp.n_swa, c->mask);
@@ -193,7 +212,8 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
     c->n_outputs = 0;
     c->logits = NULL;
     if ((s = check_batch(c, b))) return s;
-    for (int32_t i = 0; i < b->n_tokens; i++) n_out += b->logits[i] != 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        n_out += b->logits[i] != 0;
     T = kiln__bucket(c, b->n_tokens);
     O = KILN__MIN(kiln__bucket(c, KILN__MAX(n_out, 1)), T);
     if ((s = kiln__kv_find(&c->cells, b->n_tokens, c->cell_of))) return s;
@@ -205,7 +225,8 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
         for (int32_t i = 0; i < c->engine->n_backends; i++)
             kiln__backend_set_abort(c->engine->backends[i], c->abort_fn, c->abort_user);
         s = kiln__compiled_run(c, plan);
-        for (int32_t i = 0; i < c->engine->n_backends; i++) kiln__backend_set_abort(c->engine->backends[i], NULL, NULL);
+        for (int32_t i = 0; i < c->engine->n_backends; i++)
+            kiln__backend_set_abort(c->engine->backends[i], NULL, NULL);
         if (s) kiln__kv_release(&c->cells, c->cell_of, b->n_tokens);
     }
     pthread_mutex_unlock(&c->engine->lock);
@@ -226,15 +247,17 @@ const float *kiln_ctx_logits(kiln_ctx *c, int32_t i) {
     if (i < 0) {
         row = c->n_outputs + i;
         if (row < 0) {
-            kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_logits: index %d, but the last batch has %d rows of logits", i,
+            kiln__error(KILN_E_INVALID_ARG,
+                        "kiln_ctx_logits: index %d, but the last batch has %d rows of logits", i,
                         c->n_outputs);
             return NULL;
         }
     } else {
         row = i < c->n_last ? c->out_row[i] : -1;
         if (row < 0) {
-            kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_logits: token %d of the last batch (of %d) did not ask for logits",
-                        i, c->n_last);
+            kiln__error(KILN_E_INVALID_ARG,
+                        "kiln_ctx_logits: token %d of the last batch (of %d) did not ask for logits", i,
+                        c->n_last);
             return NULL;
         }
     }
@@ -249,13 +272,13 @@ kiln_status kiln_ctx_decode(kiln_ctx *c, const int32_t *tokens, int32_t n, const
     *logits = NULL;
     if (n <= 0) return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode: %d tokens (need at least 1)", n);
     if (n > c->n_ctx - c->cells.n_used)
-        return kiln__error(KILN_E_CONTEXT_FULL, "%d tokens do not fit: %d of %d context positions are used", n,
-                           c->cells.n_used, c->n_ctx);
+        return kiln__error(KILN_E_CONTEXT_FULL, "%d tokens do not fit: %d of %d context positions are used",
+                           n, c->cells.n_used, c->n_ctx);
     p0 = kiln__kv_seq_pos_max(&c->cells, 0) + 1;
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
-            return kiln__error(KILN_E_INVALID_ARG, "token %d at index %d is outside the vocabulary (0..%d)", tokens[i],
-                               i, c->model->hp.n_vocab - 1);
+            return kiln__error(KILN_E_INVALID_ARG, "token %d at index %d is outside the vocabulary (0..%d)",
+                               tokens[i], i, c->model->hp.n_vocab - 1);
     /* Each chunk is a batch over the context's own arrays, so that this allocates nothing. */
     for (int32_t done = 0; done < n && !s; done += c->n_batch) {
         int32_t m = KILN__MIN(c->n_batch, n - done);
@@ -287,9 +310,10 @@ kiln_status kiln_ctx_plan_info(kiln_ctx *c, int32_t n_tokens, int32_t n_outputs,
     const kiln_pass *passes = kiln__passes(&count);
     kiln_status s;
     if (!c || !out || n_tokens <= 0 || n_tokens > c->n_batch || n_outputs < 0 || n_outputs > n_tokens)
-        return kiln__error(KILN_E_INVALID_ARG,
-                           "kiln_ctx_plan_info: n_tokens %d must be in 1..n_batch and n_outputs %d in 0..n_tokens",
-                           n_tokens, n_outputs);
+        return kiln__error(
+            KILN_E_INVALID_ARG,
+            "kiln_ctx_plan_info: n_tokens %d must be in 1..n_batch and n_outputs %d in 0..n_tokens", n_tokens,
+            n_outputs);
     n_outputs = KILN__MAX(n_outputs, 1);
     T = kiln__bucket(c, n_tokens);
     O = KILN__MIN(kiln__bucket(c, n_outputs), T);
@@ -333,8 +357,10 @@ kiln_status kiln_ctx_graph_dump(kiln_ctx *c, int32_t n_tokens, bool optimized, b
     s = kiln__compile_graph(c, n_tokens, 1, optimized, &g, NULL);
     pthread_mutex_unlock(&c->engine->lock);
     if (s) return s;
-    if (dot) kiln__graph_dump_dot(g, write, user);
-    else kiln__graph_dump(g, write, user);
+    if (dot)
+        kiln__graph_dump_dot(g, write, user);
+    else
+        kiln__graph_dump(g, write, user);
     kiln__graph_destroy(g);
     return KILN_OK;
 }

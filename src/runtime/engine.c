@@ -19,8 +19,9 @@ static kiln_status start_device(kiln_engine *e, const char *s, const char *end) 
         char num[16] = {0};
         char *stop;
         if ((size_t)(end - at - 1) >= sizeof num || end == at + 1)
-            return kiln__error(KILN_E_INVALID_ARG, "device '%.*s': the batch threshold after '@' is not a number",
-                               (int)(end - s), s);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "device '%.*s': the batch threshold after '@' is not a number", (int)(end - s),
+                               s);
         memcpy(num, at + 1, (size_t)(end - at - 1));
         min_batch = strtol(num, &stop, 10);
         if (*stop || min_batch < 0 || min_batch > 1 << 20)
@@ -34,8 +35,9 @@ static kiln_status start_device(kiln_engine *e, const char *s, const char *end) 
         e->min_batch[e->n_backends++] = 0; /* the fallback takes everything */
         return KILN_OK;
     }
-    if (e->cpu) return kiln__error(KILN_E_INVALID_ARG, "device '%.*s' after 'cpu': the CPU is the last, the fallback",
-                                   (int)len, s);
+    if (e->cpu)
+        return kiln__error(KILN_E_INVALID_ARG, "device '%.*s' after 'cpu': the CPU is the last, the fallback",
+                           (int)len, s);
     if (e->n_backends >= KILN_MAX_BACKENDS - 1)
         return kiln__error(KILN_E_INVALID_ARG, "more than %d devices", KILN_MAX_BACKENDS - 1);
     kiln_backend *b = NULL;
@@ -80,7 +82,8 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
     }
     if (!st) {
         kiln_sched_backend list[KILN_MAX_BACKENDS];
-        for (int32_t i = 0; i < e->n_backends; i++) list[i] = (kiln_sched_backend){e->backends[i], e->min_batch[i]};
+        for (int32_t i = 0; i < e->n_backends; i++)
+            list[i] = (kiln_sched_backend){e->backends[i], e->min_batch[i]};
         st = kiln__sched_create(list, e->n_backends, &e->sched);
     }
     if (st) {
@@ -95,7 +98,8 @@ void kiln__engine_destroy(kiln_engine *e) {
     if (!e) return;
     kiln__sched_destroy(e->sched);
     kiln__const_store_destroy(e->consts);
-    for (int32_t i = 0; i < e->n_backends; i++) kiln__backend_destroy(e->backends[i]);
+    for (int32_t i = 0; i < e->n_backends; i++)
+        kiln__backend_destroy(e->backends[i]);
     pthread_mutex_destroy(&e->lock);
     kiln__dealloc(e);
 }

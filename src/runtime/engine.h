@@ -21,11 +21,11 @@ typedef struct kiln_engine {
     kiln_backend *backends[KILN_MAX_BACKENDS]; /* priority order; the last is the CPU backend */
     int32_t min_batch[KILN_MAX_BACKENDS];      /* the cost rule: a backend takes nodes of batches >= this */
     int32_t n_backends;
-    kiln_backend *cpu;                         /* == backends[n_backends - 1] */
+    kiln_backend *cpu; /* == backends[n_backends - 1] */
     int32_t n_threads;
-    kiln_sched *sched;                         /* assigns each plan's nodes to the backends */
-    kiln_const_store *consts;                  /* folded constants, shared by every plan of every context */
-    pthread_mutex_t lock;                      /* held while a context compiles or computes */
+    kiln_sched *sched;        /* assigns each plan's nodes to the backends */
+    kiln_const_store *consts; /* folded constants, shared by every plan of every context */
+    pthread_mutex_t lock;     /* held while a context compiles or computes */
 } kiln_engine;
 
 /* Start the backends named by params->devices (see kiln_model_params in kiln.h). mapping/mapping_size:

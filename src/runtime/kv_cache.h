@@ -20,9 +20,9 @@ typedef struct kiln_kv_cells {
     int32_t n_cells;
     int32_t n_seq_max;
     int32_t n_used;
-    int32_t head;    /* where the next search for free cells starts */
-    int32_t *pos;    /* [n_cells] the token's position, -1 when free */
-    uint64_t *seqs;  /* [n_cells] bit s: the cell belongs to sequence s */
+    int32_t head;   /* where the next search for free cells starts */
+    int32_t *pos;   /* [n_cells] the token's position, -1 when free */
+    uint64_t *seqs; /* [n_cells] bit s: the cell belongs to sequence s */
 } kiln_kv_cells;
 
 kiln_status kiln__kv_init(kiln_kv_cells *kv, int32_t n_cells, int32_t n_seq_max);
@@ -33,7 +33,8 @@ void kiln__kv_clear(kiln_kv_cells *kv);
  * Changes nothing: kiln__kv_occupy takes them. */
 kiln_status kiln__kv_find(const kiln_kv_cells *kv, int32_t n, int32_t *cells);
 /* Give cell cells[i] to token i (position pos[i] of sequence seq[i]). */
-void kiln__kv_occupy(kiln_kv_cells *kv, const int32_t *cells, const int32_t *pos, const int32_t *seq, int32_t n);
+void kiln__kv_occupy(kiln_kv_cells *kv, const int32_t *cells, const int32_t *pos, const int32_t *seq,
+                     int32_t n);
 /* Free cells taken by kiln__kv_occupy (a batch that failed). */
 void kiln__kv_release(kiln_kv_cells *kv, const int32_t *cells, int32_t n);
 
