@@ -1,10 +1,19 @@
 /*
  * threadpool.h - a persistent pool of worker threads for the CPU backend.
  *
- * kiln__pool_run(pool, fn, arg) runs fn(arg, ith, nth) once on each of the nth threads (the caller is
+ * kiln__pool_run(pool, fn, arg) runs fn(arg, ith, nth) once on each of nth threads (the caller is
  * thread 0) and returns when all have finished. Inside fn, kiln__pool_barrier() waits until every thread
- * reaches the same barrier: a whole graph runs as one job with a barrier between nodes, so no thread is
- * created or woken per op. Waiting spins briefly, then yields; idle workers sleep on a condition variable.
+ * of the job reaches the same barrier: a whole graph runs as one job with a barrier between nodes, so no
+ * thread is created or woken per op. Waiting spins for a few microseconds, then sleeps (a futex on
+ * Linux), so a busy machine's cores go to threads that have work.
+ *
+ * nth is the pool's size, or fewer: when the pool measures that its threads spend their time waiting for
+ * each other (the machine is not giving it all of its cores), it runs the next jobs on fewer threads, and
+ * tries the full size again now and then. So fn must split its work by the nth it is given, and its
+ * results must not depend on nth. kiln__pool_size() is the most any job gets (for sizing scratch).
+ *
+ * Thread safety: one thread at a time calls kiln__pool_run on a pool (jobs do not nest);
+ * kiln__pool_barrier is called only from inside a job, by every thread of it.
  */
 #ifndef KILN_THREADPOOL_H
 #define KILN_THREADPOOL_H
