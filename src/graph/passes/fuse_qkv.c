@@ -34,14 +34,15 @@ static bool candidate(const kiln_graph *g, const kiln_tensor *t) {
            kiln__tensor_is_contiguous(w) && x->ne[2] == 1 && x->ne[3] == 1 && readers_accept_views(g, t);
 }
 
-/* Find two more candidates after position i reading the same input with compatible weights. */
+/* Find two more candidates after position i reading the same input with compatible weights. The cheap
+ * tests come first: candidate() scans the graph for the node's readers. */
 static bool find_group(const kiln_graph *g, int32_t i, kiln_tensor *group[3]) {
     int32_t found = 1;
     group[0] = kiln__graph_node(g, i);
     for (int32_t j = i + 1; j < kiln__graph_n_nodes(g) && found < 3; j++) {
         kiln_tensor *t = kiln__graph_node(g, j);
-        if (candidate(g, t) && t->src[1] == group[0]->src[1] && t->src[0]->type == group[0]->src[0]->type &&
-            t->src[0]->ne[0] == group[0]->src[0]->ne[0])
+        if (is_op(t, KILN_OP_MATMUL) && t->src[1] == group[0]->src[1] && t->src[0]->type == group[0]->src[0]->type &&
+            t->src[0]->ne[0] == group[0]->src[0]->ne[0] && candidate(g, t))
             group[found++] = t;
     }
     return found == 3;
