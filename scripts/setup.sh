@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what the build and the tests need, on a fresh Debian machine: a C compiler, CMake, make, and
-# clang with its libFuzzer runtime (for the fuzz target). Installs only what is missing; needs root
+# Install what the build and the tests need, on a fresh Debian machine: a C compiler, CMake, make, clang
+# with its libFuzzer runtime (for the fuzz target), and the server's libraries (libmicrohttpd, jansson). Installs only what is missing; needs root
 # (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -10,6 +10,9 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+for lib in libmicrohttpd:libmicrohttpd-dev jansson:libjansson-dev; do
+  pkg-config --exists "${lib%%:*}" 2>/dev/null || need+=("${lib#*:}")
+done
 if command -v clang >/dev/null 2>&1; then
   tmp=$(mktemp -d)
   printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$tmp/f.c"

@@ -1,0 +1,137 @@
+/*
+ * engine.h - the serving engine of `kiln serve`: continuous batching of many requests over one Kiln
+ * context, through the public API only (kiln.h). The HTTP and JSON layer (http.c, api.c) turns requests
+ * into ks_request values and engine events into OpenAI responses; this layer knows nothing of HTTP.
+ *
+ * One engine thread owns the model's context. Each step it builds one kiln_batch holding one token for
+ * every decoding sequence, then slices of waiting prompts (chunked prefill) up to the step's token budget,
+ * decode has priority, so a long prompt never stalls running streams for more than one step. Sequences
+ * join and leave between steps. A request with n > 1 choices prefills its prompt once and shares it with
+ * kiln_kv_seq_cp. Finished sequences' cells may stay cached (the prefix cache): a new request whose prompt
+ * starts with a cached sequence's tokens reuses that prefix with kiln_kv_seq_cp instead of recomputing it,
+ * and at temperature 0 produces exactly what a cold run produces. The cache is bounded (cells and count)
+ * and evicted least recently used when a new sequence needs room.
+ *
+ * Events reach the caller through its callback, called on the engine thread, never after
+ * KS_EVENT_DONE/KS_EVENT_ERROR for that request. Detokenization (UTF-8 safe) and stop strings (held back
+ * while a stop may still match across token boundaries, never emitted) are done here, so streaming and
+ * non-streaming responses see the same text.
+ *
+ * Thread safety: ks_engine_submit, ks_engine_cancel, ks_engine_metrics and ks_engine_shutdown may be called
+ * from any thread.
+ */
+#ifndef KILN_SERVER_ENGINE_H
+#define KILN_SERVER_ENGINE_H
+
+#include "kiln.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ks_engine ks_engine;
+
+typedef struct ks_engine_params {
+    int32_t n_parallel;    /* most sequences decoding at once (--parallel); default 8 */
+    int32_t n_ctx;         /* KV cells shared by every sequence (--ctx-size); default 4096 (<= model's) */
+    int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 512 */
+    int32_t max_queue;     /* requests waiting beyond the running ones (--max-queue); default 64 */
+    int32_t max_tokens_cap;/* largest max_tokens a request may ask for; default n_ctx */
+    int32_t cache_seqs;    /* finished sequences kept for the prefix cache; default n_parallel */
+    kiln_log_fn log;       /* --verbose lines, or NULL */
+    void *log_user;
+} ks_engine_params;
+
+ks_engine_params ks_engine_params_default(void);
+
+/* Creates the context (n_seq_max = n_parallel * ... as needed for choices and the cache, at most
+ * KILN_SEQ_MAX) and starts the engine thread. The model is borrowed and must outlive the engine. */
+kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, ks_engine **out);
+/* Stops the thread after cancelling what is left (each gets KS_EVENT_ERROR "server shutting down"). */
+void ks_engine_destroy(ks_engine *e);
+
+typedef struct ks_request {
+    const int32_t *prompt; /* token ids (BOS included when the model wants it); copied by submit */
+    int32_t n_prompt;      /* >= 1 */
+    int32_t max_tokens;    /* >= 1; at most max_tokens_cap */
+    int32_t n;             /* choices, >= 1 */
+    float temperature;     /* 0 = greedy */
+    float top_p;           /* 1 = off */
+    int32_t top_k;         /* 0 = off */
+    float min_p;           /* 0 = off */
+    uint64_t seed;         /* choice i samples with seed + i */
+    float presence_penalty, frequency_penalty; /* OpenAI's, -2 .. 2 */
+    const char *const *stop; /* stop strings, copied; NULL when n_stop is 0 */
+    int32_t n_stop;        /* 0 .. 4 */
+    int32_t logprobs;      /* -1: none; 0 .. 20: the chosen token's logprob and this many alternatives */
+    bool ignore_eos;
+} ks_request;
+
+typedef enum ks_finish { KS_FINISH_NONE = 0, KS_FINISH_STOP = 1, KS_FINISH_LENGTH = 2 } ks_finish;
+
+typedef enum ks_event_kind {
+    KS_EVENT_TEXT = 1,  /* text: new text of one choice (possibly empty when only logprobs come) */
+    KS_EVENT_CHOICE_END = 2, /* choice finished: finish reason */
+    KS_EVENT_DONE = 3,  /* every choice finished: usage; the last event */
+    KS_EVENT_ERROR = 4, /* the request failed or was cancelled by the server: message; the last event */
+} ks_event_kind;
+
+typedef struct ks_top_logprob {
+    int32_t token;
+    float logprob;
+    const char *text;  /* the token's text */
+    size_t len;
+} ks_top_logprob;
+
+typedef struct ks_event {
+    ks_event_kind kind;
+    int32_t choice;           /* 0 .. n - 1 (TEXT, CHOICE_END) */
+    const char *text;         /* TEXT: UTF-8 bytes, valid during the callback */
+    size_t len;
+    /* TEXT with logprobs >= 0: the tokens this text came from (usually one) */
+    int32_t n_tokens;
+    const int32_t *tokens;
+    const float *token_logprobs;           /* [n_tokens] */
+    const ks_top_logprob *const *top;      /* [n_tokens][logprobs] */
+    ks_finish finish;         /* CHOICE_END */
+    int32_t prompt_tokens;    /* DONE: usage */
+    int32_t completion_tokens;/* DONE: over all choices */
+    int32_t cached_tokens;    /* DONE: prompt tokens reused from the prefix cache */
+    const char *message;      /* ERROR */
+} ks_event;
+
+typedef void (*ks_event_fn)(void *user, const ks_event *ev);
+
+typedef uint64_t ks_handle;
+
+/* Queue a request. KILN_E_INVALID_ARG names a bad field; KILN_E_CONTEXT_FULL when the request can never
+ * fit (n_prompt + max_tokens, times n, over the cells a request may use: the message names the limits);
+ * KILN_E_RANGE when the queue is full (the HTTP layer answers 429 with Retry-After). */
+kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user, ks_handle *out);
+/* Cancel (client gone): the request's sequences are freed at the next step, whether it is queued, in
+ * prefill or decoding; its callback gets no further event after cancel returns. Unknown handles are
+ * ignored. */
+void ks_engine_cancel(ks_engine *e, ks_handle h);
+
+/* Counters and gauges for /metrics. Histograms: cumulative bucket counts over ks_metric_buckets. */
+#define KS_HIST_BUCKETS 12
+extern const double ks_metric_buckets[KS_HIST_BUCKETS]; /* seconds: 0.005 .. 60 */
+typedef struct ks_histogram {
+    uint64_t count[KS_HIST_BUCKETS]; /* cumulative: observations <= bucket bound */
+    uint64_t total;
+    double sum;
+} ks_histogram;
+typedef struct ks_metrics {
+    uint64_t requests_ok, requests_failed, requests_cancelled;
+    uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+    int32_t queue_depth, running_sequences, kv_cells_used, kv_cells_total;
+    int32_t prefix_cache_sequences, prefix_cache_cells;
+    ks_histogram ttft, inter_token, end_to_end, queue_time;
+} ks_metrics;
+void ks_engine_metrics(ks_engine *e, ks_metrics *out);
+
+/* Stop accepting (submit then fails with KILN_E_UNSUPPORTED "shutting down"); wait up to grace_ms for
+ * running requests to finish, then cancel the rest with KS_EVENT_ERROR. */
+void ks_engine_shutdown(ks_engine *e, int32_t grace_ms);
+
+#endif
