@@ -319,6 +319,9 @@ int32_t kiln_vocab_n_tokens(const kiln_vocab *vocab);
 int32_t kiln_vocab_bos(const kiln_vocab *vocab); /* -1 if none */
 int32_t kiln_vocab_eos(const kiln_vocab *vocab); /* -1 if none */
 bool kiln_vocab_add_bos(const kiln_vocab *vocab);
+/* Whether a whole sequence ends with EOS: true for WordPiece ("bert") vocabularies, whose sequences are
+ * [CLS] ... [SEP] (BOS is [CLS] and EOS [SEP] there). kiln_tokenize adds only BOS; callers append EOS. */
+bool kiln_vocab_add_eos(const kiln_vocab *vocab);
 /* The raw token text as stored in the vocabulary; valid while the vocab lives. */
 kiln_str kiln_vocab_token_text(const kiln_vocab *vocab, int32_t id);
 /* The id whose text is exactly text[0..len) (such as "<|im_end|>"), or -1. */
@@ -457,6 +460,24 @@ const kiln_vocab *kiln_model_vocab(const kiln_model *model);
 int32_t kiln_model_n_ctx_train(const kiln_model *model);
 int32_t kiln_model_n_vocab(const kiln_model *model);
 const char *kiln_model_arch(const kiln_model *model);
+/* E: the width of the model's hidden states, and so of its sentence embeddings. */
+int32_t kiln_model_n_embd(const kiln_model *model);
+
+/* How an encoder's token states become one sentence embedding (docs/embeddings.md). The values are
+ * llama.cpp's <arch>.pooling_type numbers. */
+typedef enum kiln_pooling {
+    KILN_POOLING_UNSPECIFIED = -1, /* kiln_ctx_params.pooling: use the model's */
+    KILN_POOLING_NONE = 0,         /* the file names none: a context must choose one */
+    KILN_POOLING_MEAN = 1,         /* the mean of the sequence's token states */
+    KILN_POOLING_CLS = 2,          /* the state of the sequence's first token ([CLS], position 0) */
+    KILN_POOLING_LAST = 3,         /* the state of the sequence's last token */
+} kiln_pooling;
+
+/* The model's <arch>.pooling_type (KILN_POOLING_NONE when the file has none, as for every decoder). */
+kiln_pooling kiln_model_pooling(const kiln_model *model);
+/* Whether attention is causal (<arch>.attention.causal, true when absent): false for an encoder such as
+ * BERT, whose tokens see their whole sequence and whose contexts return embeddings, not logits. */
+bool kiln_model_is_causal(const kiln_model *model);
 /* Total bytes of weights. */
 uint64_t kiln_model_weight_bytes(const kiln_model *model);
 int32_t kiln_model_n_threads(const kiln_model *model);
@@ -501,6 +522,11 @@ typedef struct kiln_ctx_params {
     void *abort_user;
     kiln_log_fn log;    /* or NULL */
     void *log_user;
+    bool embeddings;    /* the context returns pooled sentence embeddings (kiln_ctx_embeddings_seq), not
+                         * logits; required for an encoder model (not causal), refused with
+                         * KILN_E_UNSUPPORTED for a decoder */
+    kiln_pooling pooling; /* embeddings: KILN_POOLING_UNSPECIFIED (default) = the model's; MEAN, CLS or
+                           * LAST to choose. A model that names none needs a choice */
 } kiln_ctx_params;
 
 #define KILN_SEQ_MAX 64
@@ -529,7 +555,8 @@ kiln_status kiln_batch_add(kiln_batch *batch, int32_t token, int32_t pos, int32_
 void kiln_batch_clear(kiln_batch *batch); /* n_tokens = 0 */
 
 /* Run a batch: every token's K and V go into free cells of the KV cache, and each token attends to the
- * cells of its own sequence at positions up to its own. Positions continue each sequence: the tokens of
+ * cells of its own sequence at positions up to its own (every position of its sequence for an encoder:
+ * see kiln_ctx_embeddings_seq for what an encoder's batch must hold). Positions continue each sequence: the tokens of
  * a sequence appear in the batch in order at pos_max + 1, pos_max + 2, ... (pos_max as
  * kiln_kv_seq_pos_max; 0 for an empty sequence). The batch fails with a named error and changes nothing
  * when an argument is invalid, with KILN_E_CONTEXT_FULL when fewer cells are free than it has tokens, and
@@ -540,6 +567,17 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *ctx, const kiln_batch *batch);
  * asked for logits: -1 is the last of them). NULL, with kiln_last_error set, when token i did not ask for
  * logits. Valid until the next decode call on ctx. */
 const float *kiln_ctx_logits(kiln_ctx *ctx, int32_t i);
+
+/* The sentence embedding of sequence seq in the last batch of an embeddings context: its token states
+ * pooled as the context's pooling says (the model's, or kiln_ctx_params.pooling), then scaled to unit L2
+ * norm; kiln_model_n_embd floats, valid until the next decode call on ctx. NULL, with kiln_last_error set,
+ * when ctx does not compute embeddings or seq had no tokens in the last batch.
+ *
+ * An encoder keeps nothing between batches: each batch holds whole sequences, every one starting at
+ * position 0 (positions 0, 1, ... in batch order, any sequences interleaved), and their KV cells are
+ * released when the batch ends; kiln_ctx_decode_batch refuses a sequence that does not start at 0 with
+ * KILN_E_INVALID_ARG. The batch's logits flags are ignored: every token's state is pooled. */
+const float *kiln_ctx_embeddings_seq(kiln_ctx *ctx, int32_t seq);
 
 /* The one-sequence wrapper: append n tokens to sequence 0 (split into batches of n_batch), and set
  * *logits to the logits of the last one, valid until the next call on ctx. Fails with

@@ -1,5 +1,5 @@
 /*
- * decoder.c - the forward pass every supported architecture shares, as a graph: a stack of pre-norm
+ * decoder.c - the forward pass every decoder architecture shares, as a graph: a stack of pre-norm
  * blocks between the token embedding and the output projection.
  *
  *   x = token_embd[ids] (+ position_embd[pos] for learned positions)            [E, T]
@@ -15,7 +15,7 @@
  */
 #include "model/blocks.h"
 
-kiln_tensor *kiln__model_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in) {
+kiln_tensor *kiln__decoder_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in) {
     const kiln_hparams *hp = &m->hp;
     kiln_tensor *x = kiln__get_rows(g, kiln__weight_leaf(g, &m->tok_embd), in->ids); /* [E, T] */
     if (kiln__has(&m->pos_embd)) x = kiln__add(g, x, kiln__get_rows(g, kiln__weight_leaf(g, &m->pos_embd), in->pos));

@@ -20,6 +20,9 @@
  *                                                 any other type is KILN_E_UNSUPPORTED
  *   <arch>.attention.layer_norm_rms_epsilon     = attention.layer_norm_epsilon (the LayerNorm key), else 1e-5
  *   <arch>.attention.sliding_window             = 0 (no window)
+ *   <arch>.attention.causal                     = true (BOOL; false for an encoder such as BERT)
+ *   <arch>.pooling_type                         = 0 (none); 1 mean, 2 cls, 3 last; any other value (4,
+ *                                                 llama.cpp's rank) is KILN_E_UNSUPPORTED
  */
 #include "model/model.h"
 
@@ -102,6 +105,15 @@ static kiln_status read_rope_scaling(const kiln_gguf *g, const char *arch, kiln_
     return KILN_OK;
 }
 
+static kiln_status read_bool(const kiln_gguf *g, const char *arch, const char *suffix, bool dflt, bool *out) {
+    char key[128];
+    kiln_status s;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    *out = dflt;
+    s = kiln_gguf_get_bool(g, key, out);
+    return s == KILN_E_NOT_FOUND ? KILN_OK : s;
+}
+
 /* The head size: attention.key_length when present (value_length must agree), else E / Hq. */
 static kiln_status read_head_dim(const kiln_gguf *g, const char *arch, kiln_hparams *hp) {
     int32_t v_len = 0;
@@ -147,6 +159,12 @@ kiln_status kiln__hparams_read(const kiln_gguf *g, const char *arch, kiln_hparam
     if (!(hp->rope_freq_base > 0.0f))
         return kiln__error(KILN_E_FORMAT, "%s.rope.freq_base must be positive", arch);
     if ((s = read_rope_scaling(g, arch, hp))) return s;
+    if ((s = read_bool(g, arch, "attention.causal", true, &hp->causal)) ||
+        (s = read_int(g, arch, "pooling_type", false, KILN_POOLING_NONE, 0, INT32_MAX, &hp->pooling)))
+        return s;
+    if (hp->pooling > KILN_POOLING_LAST)
+        return kiln__error(KILN_E_UNSUPPORTED, "%s.pooling_type %d is not supported (0 none, 1 mean, 2 cls, 3 last)",
+                           arch, hp->pooling);
     hp->rope_mode = KILN_ROPE_NORMAL;
     return KILN_OK;
 }

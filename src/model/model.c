@@ -19,7 +19,7 @@ typedef struct arch_entry {
 
 static const arch_entry architectures[] = {
     {"llama", kiln__llama_load_weights}, {"qwen2", kiln__qwen_load_weights}, {"qwen3", kiln__qwen_load_weights},
-    {"phi3", kiln__phi3_load_weights},   {"gpt2", kiln__gpt2_load_weights},
+    {"phi3", kiln__phi3_load_weights},   {"gpt2", kiln__gpt2_load_weights},   {"bert", kiln__bert_load_weights},
 };
 
 static kiln_status load(kiln_model *m, const char *path) {
@@ -34,7 +34,7 @@ static kiln_status load(kiln_model *m, const char *path) {
         if (strlen(architectures[i].name) == arch.len && memcmp(architectures[i].name, arch.data, arch.len) == 0)
             entry = &architectures[i];
     if (!entry)
-        return kiln__error(KILN_E_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gpt2)",
+        return kiln__error(KILN_E_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gpt2, bert)",
                            (int)KILN__MIN(arch.len, 64), arch.data);
     snprintf(m->arch, sizeof m->arch, "%s", entry->name);
     if ((s = kiln__hparams_read(m->gguf, m->arch, &m->hp))) return s;
@@ -116,3 +116,6 @@ int32_t kiln_model_n_ctx_train(const kiln_model *m) { return m->hp.n_ctx_train; 
 int32_t kiln_model_n_vocab(const kiln_model *m) { return m->hp.n_vocab; }
 const char *kiln_model_arch(const kiln_model *m) { return m->arch; }
 uint64_t kiln_model_weight_bytes(const kiln_model *m) { return m->weight_bytes; }
+int32_t kiln_model_n_embd(const kiln_model *m) { return m ? m->hp.n_embd : 0; }
+kiln_pooling kiln_model_pooling(const kiln_model *m) { return m ? (kiln_pooling)m->hp.pooling : KILN_POOLING_NONE; }
+bool kiln_model_is_causal(const kiln_model *m) { return m ? m->hp.causal : true; }

@@ -1,7 +1,8 @@
 /*
  * model.h - the internal model representation shared by the loader (model.c), the hyperparameter reader
- * (hparams.c), the per-architecture weight loaders (llama.c, qwen.c, phi3.c, gpt2.c), the graph blocks
- * (blocks.c), the forward pass they compose (decoder.c) and the inference context (context.c).
+ * (hparams.c), the per-architecture weight loaders (llama.c, qwen.c, phi3.c, gpt2.c, bert.c), the graph
+ * blocks (blocks.c), the forward passes they compose (decoder.c, encoder.c) and the inference context
+ * (context.c).
  *
  * Weights are kiln_tensor_info records pointing into the GGUF mapping: nothing is copied at load. A weight
  * an architecture does not have (a bias, a fused projection) is a record with name == NULL (kiln__has).
@@ -33,6 +34,9 @@ typedef struct kiln_hparams {
     float rope_low_freq;   /* llama3: rope.scaling.low_freq_factor */
     float rope_high_freq;  /* llama3: rope.scaling.high_freq_factor */
     int32_t rope_orig_ctx; /* llama3: rope.scaling.original_context_length */
+    bool causal;           /* attention.causal: a token sees only earlier positions (false: its whole
+                            * sequence, as an encoder) */
+    int32_t pooling;       /* pooling_type: the file's kiln_pooling for sentence embeddings */
 } kiln_hparams;
 
 enum { KILN_ROPE_SCALING_LINEAR = 0, KILN_ROPE_SCALING_LLAMA3 = 1 };
@@ -40,10 +44,17 @@ enum { KILN_ROPE_SCALING_LINEAR = 0, KILN_ROPE_SCALING_LLAMA3 = 1 };
 /* How a block normalizes: RMSNorm times a weight, or LayerNorm times a weight plus a bias. */
 typedef enum kiln_norm_kind { KILN_NORM_RMS = 0, KILN_NORM_LAYER = 1 } kiln_norm_kind;
 
+/* Where a block normalizes: before each sublayer, with a final norm before the output projection (a
+ * decoder: x = x + f(norm(x))), or after each residual sum (BERT: x = norm(x + f(x))). */
+typedef enum kiln_norm_order { KILN_PRE_NORM = 0, KILN_POST_NORM = 1 } kiln_norm_order;
+
 /* The feed-forward variant: SwiGLU with separate gate and up projections, SwiGLU with both in one
  * projection (gate rows first, as Phi-3 stores them), or up -> GELU (tanh) -> down with biases (GPT-2). */
 typedef enum kiln_ffn_kind { KILN_FFN_SWIGLU = 0, KILN_FFN_SWIGLU_FUSED = 1, KILN_FFN_GELU = 2 } kiln_ffn_kind;
 
+/* attn_norm and ffn_norm are the norms of the attention and feed-forward sublayers: before them
+ * (attn_norm, ffn_norm in the file) in a pre-norm model, after their residual sums (attn_output_norm,
+ * layer_output_norm) in a post-norm one. */
 typedef struct kiln_layer {
     kiln_tensor_info attn_norm;   /* [E] f32 */
     kiln_tensor_info attn_norm_b; /* [E] f32, LayerNorm only */
@@ -75,11 +86,16 @@ struct kiln_model {
     kiln_tensor_info output_norm; /* [E] f32 */
     kiln_tensor_info output;      /* [E, V]; the token embedding when the file has no output.weight */
     kiln_tensor_info output_norm_b; /* [E] f32, LayerNorm only */
-    kiln_tensor_info pos_embd;    /* [E, n_ctx_train] learned absolute positions (GPT-2), optional */
+    kiln_tensor_info pos_embd;    /* [E, n_ctx_train] learned absolute positions (GPT-2, BERT), optional */
+    kiln_tensor_info tok_types;   /* [E, n_token_types] token-type (segment) embeddings (BERT), optional;
+                                   * every token is of type 0 */
+    kiln_tensor_info embd_norm;   /* [E] f32 LayerNorm of the summed embeddings (BERT), optional */
+    kiln_tensor_info embd_norm_b; /* [E] f32 */
     kiln_tensor_info rope_freqs;  /* [n_rot / 2] f32 frequency divisors (Llama 3), optional: the file's
                                    * rope_freqs.weight, else computed from rope.scaling.* into rope_buf */
     float *rope_buf;              /* owned; NULL unless the divisors were computed */
     kiln_norm_kind norm;
+    kiln_norm_order norm_order;
     kiln_ffn_kind ffn;
     kiln_layer *layers;           /* [L] */
     uint64_t weight_bytes;
@@ -115,6 +131,9 @@ typedef struct kiln_block_spec {
     kiln_part ffn_bias; /* ffn_up.bias, ffn_down.bias */
 } kiln_block_spec;
 
+/* The layer table (zeroed, for the architecture's loader to fill). */
+kiln_status kiln__alloc_layers(kiln_model *m);
+
 /* Every block's weights, by the model's norm and feed-forward kinds and the spec. */
 kiln_status kiln__load_block_weights(kiln_model *m, const kiln_block_spec *spec);
 
@@ -140,9 +159,24 @@ typedef struct kiln_batch_inputs {
     int32_t n_outputs;      /* O */
 } kiln_batch_inputs;
 
-/* The forward pass of every supported architecture (decoder.c): emits the graph and returns the logits
- * node [V, O] of the tokens out_ids names. */
-kiln_tensor *kiln__model_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in);
+/* The forward pass of the pre-norm decoders (decoder.c): emits the graph and returns the logits node
+ * [V, O] of the tokens out_ids names. */
+kiln_tensor *kiln__decoder_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in);
+
+/* The forward pass of the post-norm encoders (encoder.c): emits the graph and returns the final hidden
+ * states [E, O] of the tokens out_ids names. */
+kiln_tensor *kiln__encoder_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in);
+
+/* The model's forward pass: the graph's one output, logits [V, O] for a decoder or hidden states [E, O]
+ * for an encoder (kiln__model_output_width says which width). */
+static inline kiln_tensor *kiln__model_build(const kiln_model *m, kiln_graph *g, const kiln_batch_inputs *in) {
+    return m->norm_order == KILN_POST_NORM ? kiln__encoder_build(m, g, in) : kiln__decoder_build(m, g, in);
+}
+
+/* The rows of the forward pass's output: V logits for a decoder, E hidden values for an encoder. */
+static inline int32_t kiln__model_output_width(const kiln_model *m) {
+    return m->norm_order == KILN_POST_NORM ? m->hp.n_embd : m->hp.n_vocab;
+}
 
 /* Architecture loaders: run after the hyperparameters are read; each sets the model's norm and
  * feed-forward kinds and rope mode, and finds and checks its weights. */
@@ -150,6 +184,7 @@ kiln_status kiln__llama_load_weights(kiln_model *m); /* llama, Llama 3, Mistral 
 kiln_status kiln__qwen_load_weights(kiln_model *m);  /* qwen2, qwen3 (qwen.c) */
 kiln_status kiln__phi3_load_weights(kiln_model *m);  /* phi3 (phi3.c) */
 kiln_status kiln__gpt2_load_weights(kiln_model *m);  /* gpt2 (gpt2.c) */
+kiln_status kiln__bert_load_weights(kiln_model *m);  /* bert (bert.c) */
 
 /* Llama 3 rope frequency divisors, as llama.cpp's converter computes them for rope_freqs.weight:
  * for each pair i < n_rot / 2 with wavelength w = 2 pi base^(2i / n_rot), 1 when w < orig_ctx /

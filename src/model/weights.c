@@ -85,9 +85,12 @@ kiln_status kiln__load_common_weights(kiln_model *m) {
         m->output = m->tok_embd; /* tied embedding */
     }
     if ((s = rope_freqs(m))) return s;
-    m->layers = kiln__calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return kiln__nomem("layer table");
-    return KILN_OK;
+    return kiln__alloc_layers(m);
+}
+
+kiln_status kiln__alloc_layers(kiln_model *m) {
+    m->layers = kiln__calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    return m->layers ? KILN_OK : kiln__nomem("layer table");
 }
 
 static unsigned part_flags(kiln_part p) { return KILN_W_F32 | (p == KILN_PART_OPTIONAL ? KILN_W_OPTIONAL : 0u); }
@@ -138,18 +141,30 @@ static kiln_status ffn_weights(kiln_model *m, int32_t il, const kiln_block_spec 
     return KILN_OK;
 }
 
-kiln_status kiln__load_block_weights(kiln_model *m, const kiln_block_spec *spec) {
+/* The norm of a sublayer: "<name>.weight" (and "<name>.bias" for LayerNorm). */
+static kiln_status norm_weights(kiln_model *m, int32_t il, const char *name, kiln_tensor_info *w,
+                                kiln_tensor_info *b) {
+    char key[64];
     int64_t E = m->hp.n_embd;
-    bool ln = m->norm == KILN_NORM_LAYER;
+    kiln_status s;
+    snprintf(key, sizeof key, "%s.weight", name);
+    if ((s = kiln__layer_weight(m, il, key, KILN_W_F32, 1, E, 0, w))) return s;
+    if (m->norm != KILN_NORM_LAYER) return KILN_OK;
+    snprintf(key, sizeof key, "%s.bias", name);
+    return kiln__layer_weight(m, il, key, KILN_W_F32, 1, E, 0, b);
+}
+
+kiln_status kiln__load_block_weights(kiln_model *m, const kiln_block_spec *spec) {
+    /* Post-norm blocks name their norms for what they follow (llama.cpp's BERT tensor names). */
+    bool post = m->norm_order == KILN_POST_NORM;
+    const char *attn_norm = post ? "attn_output_norm" : "attn_norm";
+    const char *ffn_norm = post ? "layer_output_norm" : "ffn_norm";
     kiln_status s;
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         kiln_layer *l = &m->layers[il];
-        if ((s = kiln__layer_weight(m, il, "attn_norm.weight", KILN_W_F32, 1, E, 0, &l->attn_norm)) ||
-            (ln && (s = kiln__layer_weight(m, il, "attn_norm.bias", KILN_W_F32, 1, E, 0, &l->attn_norm_b))) ||
+        if ((s = norm_weights(m, il, attn_norm, &l->attn_norm, &l->attn_norm_b)) ||
             (s = attention_weights(m, il, spec, l)) ||
-            (s = kiln__layer_weight(m, il, "ffn_norm.weight", KILN_W_F32, 1, E, 0, &l->ffn_norm)) ||
-            (ln && (s = kiln__layer_weight(m, il, "ffn_norm.bias", KILN_W_F32, 1, E, 0, &l->ffn_norm_b))) ||
-            (s = ffn_weights(m, il, spec, l)))
+            (s = norm_weights(m, il, ffn_norm, &l->ffn_norm, &l->ffn_norm_b)) || (s = ffn_weights(m, il, spec, l)))
             return s;
     }
     return KILN_OK;

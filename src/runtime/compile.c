@@ -38,7 +38,7 @@ static void logf_ctx(const kiln_ctx *c, const char *fmt, ...) {
 
 /* The input leaves, the cache leaves, then the architecture's forward pass. Input data pointers are set
  * before each run (kiln__compiled_run); here they point at the context's buffers as they are now. */
-static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_tensor **logits) {
+static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_tensor **output) {
     const kiln_hparams *hp = &c->model->hp;
     int64_t ne_t[1] = {T}, ne_o[1] = {O}, ne_mask[2] = {c->n_ctx, T};
     int64_t ne_cache[2] = {(int64_t)hp->n_head_kv * hp->head_dim, c->n_ctx};
@@ -63,7 +63,7 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_
     in.v_cache = caches + hp->n_layer;
     in.n_tokens = T;
     in.n_outputs = O;
-    *logits = kiln__model_build(c->model, g, &in);
+    *output = kiln__model_build(c->model, g, &in);
     kiln__dealloc(caches);
     return kiln__graph_status(g) ? kiln__error_prefix(kiln__graph_status(g), "building the graph: ")
                                  : KILN_OK;
@@ -72,11 +72,11 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_
 kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize, kiln_graph **out,
                                 kiln_pipeline_stats *stats) {
     kiln_graph *g = NULL;
-    kiln_tensor *logits = NULL;
+    kiln_tensor *output = NULL;
     kiln_pipeline_stats local;
     kiln_pass_env env = {kiln__const_store_eval, c->engine->consts};
     kiln_status s = kiln__graph_create(192 * c->model->hp.n_layer + 256, &g);
-    if (!s) s = build(c, g, T, O, &logits);
+    if (!s) s = build(c, g, T, O, &output);
     if (!s)
         s = optimize ? kiln__pipeline_run(g, &env, c->passes, c->check_passes, stats ? stats : &local)
                      : kiln__graph_order(g);
@@ -114,7 +114,7 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     p->plan.arena_bytes = 0;
     for (int32_t i = 0; i < c->engine->n_backends; i++)
         p->plan.arena_bytes += kiln__sched_plan_arena_bytes(p->sched, i);
-    p->logits = kiln__sched_plan_output(p->sched, 0);
+    p->output = kiln__sched_plan_output(p->sched, 0);
     p->ids = find_leaf(p->graph, "ids");
     p->pos = find_leaf(p->graph, "pos");
     p->cells = find_leaf(p->graph, "kv_cells");
@@ -123,7 +123,7 @@ static kiln_status compile(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled *p) 
     p->n_tokens = T;
     p->n_outputs = O;
     p->compile_ms = now_ms() - t0;
-    logf_ctx(c, "compiled the plan for %d tokens, %d logits rows: %d -> %d nodes, arena %.1f MiB, %.1f ms", T,
+    logf_ctx(c, "compiled the plan for %d tokens, %d output rows: %d -> %d nodes, arena %.1f MiB, %.1f ms", T,
              O, p->passes.nodes_before, p->passes.nodes_after, (double)p->plan.arena_bytes / (1 << 20),
              p->compile_ms);
     if (c->log && c->engine->n_backends > 1) kiln__sched_plan_describe(p->sched, c->log, c->log_user);

@@ -4,7 +4,7 @@
  * A compiled plan is the forward graph for one bucket of batch size (tokens, and rows of logits) after the
  * pass pipeline, with its memory planned. Its inputs are leaves the context fills before each run: token
  * ids, positions, the KV cells the tokens are written to, the attention mask over every cell, and which
- * tokens' logits to compute. Batches are padded up to the bucket: padding tokens write no cell, see no
+ * tokens' outputs to compute (logits, or an encoder's hidden states, which embed.c pools). Batches are padded up to the bucket: padding tokens write no cell, see no
  * key, and produce no logits that anyone reads. The context keeps up to KILN_PLAN_CACHE plans (least
  * recently used replaced); all share one arena per backend, grown to the largest.
  */
@@ -26,7 +26,7 @@ typedef struct kiln_compiled {
     int32_t n_outputs; /* the logits bucket O (1 <= O <= T) */
     kiln_graph *graph;
     kiln_tensor *ids, *pos, *cells, *mask, *out_ids; /* the input leaves: [T], [T], [T], [C, T], [O] */
-    kiln_tensor *logits;                             /* [V, O] output, in host memory */
+    kiln_tensor *output; /* [V, O] logits, or [E, O] hidden states of an encoder; in host memory */
     kiln_sched_plan *sched; /* which backend runs each node; the copies between them */
     kiln_plan_stats plan;
     kiln_pipeline_stats passes;
@@ -51,6 +51,8 @@ struct kiln_ctx {
     void *abort_user;
     kiln_log_fn log;
     void *log_user;
+    bool embeddings;      /* the context pools hidden states into embeddings (embed.c), no logits */
+    kiln_pooling pooling; /* embeddings: MEAN, CLS or LAST */
     /* Inputs of the current batch, sized for the largest bucket. */
     int32_t *ids, *pos, *cell_of, *seq, *out_ids; /* [bucket(n_batch)] */
     float *mask;                                  /* [n_ctx * T] for the largest T compiled so far */
@@ -60,6 +62,8 @@ struct kiln_ctx {
     int32_t n_outputs;                  /* rows of logits the last batch asked for */
     const float *logits;                /* [n_outputs][V], in the plan's output */
     int32_t n_last;                     /* tokens of the last batch */
+    float *embd;                        /* [n_seq_max][E] the pooled embeddings of the last batch */
+    int32_t *embd_tokens;               /* [n_seq_max] tokens each sequence had in it (0: no embedding) */
     int32_t *scratch_pos, *scratch_seq; /* [n_batch] the batches kiln_ctx_decode makes */
     int8_t *scratch_logits;
     kiln_compiled plans[KILN_PLAN_CACHE];
@@ -78,5 +82,13 @@ kiln_status kiln__ctx_plan(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled **ou
  * the engine lock held. */
 kiln_status kiln__compiled_run(kiln_ctx *c, kiln_compiled *plan);
 void kiln__compiled_free(kiln_compiled *plan);
+
+/* Embeddings (embed.c). Check the context parameters against the model and choose the pooling. */
+kiln_status kiln__embd_init(kiln_ctx *c, const kiln_ctx_params *p);
+/* An encoder's batch holds whole sequences from position 0: refuse token i of b otherwise. */
+kiln_status kiln__embd_check_token(const kiln_ctx *c, const kiln_batch *b, int32_t i);
+/* Pool the hidden states [E, n] of the batch's n tokens (row i is token i) into each sequence's unit
+ * embedding. */
+void kiln__embd_pool(kiln_ctx *c, const kiln_batch *b, const float *hidden);
 
 #endif

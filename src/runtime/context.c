@@ -8,6 +8,9 @@
  * bucket (compiling it on first use) and computes under the engine lock. If anything fails after the
  * cells were taken, they are given back, so a failed batch changes nothing. Only compiling allocates: a
  * warmed-up decode step allocates nothing.
+ *
+ * An embeddings context (an encoder's) computes every token's final hidden state instead of logits; the
+ * batch's sequences are pooled into embeddings (embed.c) and their cells released when it ends.
  */
 #include "runtime/compile.h"
 
@@ -22,6 +25,7 @@ kiln_ctx_params kiln_ctx_params_default(void) {
     kiln_ctx_params p;
     memset(&p, 0, sizeof p);
     p.kv_type = KILN_TYPE_F32;
+    p.pooling = KILN_POOLING_UNSPECIFIED;
     return p;
 }
 
@@ -59,6 +63,7 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     c->n_batch = KILN__MIN(p->n_batch ? p->n_batch : DEFAULT_BATCH, c->n_ctx);
     c->n_seq_max = p->n_seq_max ? p->n_seq_max : 1;
     c->kv_type = p->kv_type;
+    if ((s = kiln__embd_init(c, p))) return s;
     if ((s = kiln_type_row_bytes(c->kv_type, (int64_t)hp->n_head_kv * hp->head_dim, &c->kv_row_bytes)))
         return kiln__error_prefix(s, "a %s KV cache for %d heads of %d: ", kiln__type_name(c->kv_type),
                                   hp->n_head_kv, hp->head_dim);
@@ -123,6 +128,8 @@ void kiln_ctx_destroy(kiln_ctx *c) {
     kiln__dealloc(c->scratch_seq);
     kiln__dealloc(c->scratch_logits);
     kiln__dealloc(c->mask);
+    kiln__dealloc(c->embd);
+    kiln__dealloc(c->embd_tokens);
     kiln__dealloc(c);
 }
 
@@ -144,6 +151,7 @@ void kiln_ctx_reset(kiln_ctx *c) {
     kiln__kv_clear(&c->cells);
     c->n_outputs = 0;
     c->logits = NULL;
+    if (c->embd_tokens) memset(c->embd_tokens, 0, (size_t)c->n_seq_max * sizeof *c->embd_tokens);
 }
 
 /* Every token's fields, and each sequence's positions continuing where it stands. last[s] is the position
@@ -168,6 +176,7 @@ static kiln_status check_batch(const kiln_ctx *c, const kiln_batch *b) {
         if (s < 0 || s >= c->n_seq_max)
             return kiln__error(KILN_E_INVALID_ARG, "sequence id %d at batch index %d is outside 0..%d", s, i,
                                c->n_seq_max - 1);
+        if (c->embeddings && p != next[s]) return kiln__embd_check_token(c, b, i);
         if (p != next[s])
             return kiln__error(
                 KILN_E_INVALID_ARG,
@@ -184,7 +193,8 @@ static kiln_status check_batch(const kiln_ctx *c, const kiln_batch *b) {
     return KILN_OK;
 }
 
-/* Fill the inputs for the batch, padded to T tokens and O output rows. */
+/* Fill the inputs for the batch, padded to T tokens and O output rows. An embeddings context outputs
+ * every token (O = T), whatever the batch's logits flags say. */
 static void fill_inputs(kiln_ctx *c, const kiln_batch *b, int32_t T, int32_t O) {
     int32_t n = b->n_tokens, n_out = 0;
     for (int32_t i = 0; i < T; i++) {
@@ -193,15 +203,16 @@ static void fill_inputs(kiln_ctx *c, const kiln_batch *b, int32_t T, int32_t O) 
         c->pos[i] = real ? b->pos[i] : 0;
         c->seq[i] = real ? b->seq_id[i] : 0;
         if (!real) c->cell_of[i] = -1; /* padding writes no cell */
-        if (real) c->out_row[i] = b->logits[i] ? n_out : -1;
-        if (real && b->logits[i]) c->out_ids[n_out++] = i;
+        bool out = real && (b->logits[i] || c->embeddings);
+        if (real) c->out_row[i] = out ? n_out : -1;
+        if (out) c->out_ids[n_out++] = i;
     }
     if (n_out == 0) c->out_ids[n_out] = n - 1; /* the graph computes one row at least; nobody reads it */
     for (int32_t j = KILN__MAX(n_out, 1); j < O; j++)
         c->out_ids[j] = c->out_ids[0];
     c->n_outputs = n_out;
     c->n_last = n;
-    kiln__kv_fill_mask(&c->cells, c->pos, c->seq, n, T, c->model->hp.n_swa, c->mask);
+    kiln__kv_fill_mask(&c->cells, c->pos, c->seq, n, T, c->model->hp.n_swa, c->model->hp.causal, c->mask);
 }
 
 kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
@@ -211,9 +222,10 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
     if (!c || !b) return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode_batch: NULL argument");
     c->n_outputs = 0;
     c->logits = NULL;
+    if (c->embeddings) memset(c->embd_tokens, 0, (size_t)c->n_seq_max * sizeof *c->embd_tokens);
     if ((s = check_batch(c, b))) return s;
     for (int32_t i = 0; i < b->n_tokens; i++)
-        n_out += b->logits[i] != 0;
+        n_out += b->logits[i] != 0 || c->embeddings;
     T = kiln__bucket(c, b->n_tokens);
     O = KILN__MIN(kiln__bucket(c, KILN__MAX(n_out, 1)), T);
     if ((s = kiln__kv_find(&c->cells, b->n_tokens, c->cell_of))) return s;
@@ -227,19 +239,29 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
         s = kiln__compiled_run(c, plan);
         for (int32_t i = 0; i < c->engine->n_backends; i++)
             kiln__backend_set_abort(c->engine->backends[i], NULL, NULL);
-        if (s) kiln__kv_release(&c->cells, c->cell_of, b->n_tokens);
+        if (s || c->embeddings) kiln__kv_release(&c->cells, c->cell_of, b->n_tokens); /* see embed.c */
     }
     pthread_mutex_unlock(&c->engine->lock);
     if (s) {
         c->n_outputs = 0;
         return s;
     }
-    c->logits = plan->logits->data;
+    if (c->embeddings) {
+        kiln__embd_pool(c, b, plan->output->data);
+        c->n_outputs = 0;
+        return KILN_OK;
+    }
+    c->logits = plan->output->data;
     return KILN_OK;
 }
 
 const float *kiln_ctx_logits(kiln_ctx *c, int32_t i) {
     int32_t row;
+    if (c && c->embeddings) {
+        kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_logits: this context computes embeddings (kiln_ctx_params."
+                                        "embeddings), not logits: use kiln_ctx_embeddings_seq");
+        return NULL;
+    }
     if (!c || !c->logits) {
         kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_logits: no batch with logits has run on this context");
         return NULL;
@@ -271,6 +293,9 @@ kiln_status kiln_ctx_decode(kiln_ctx *c, const int32_t *tokens, int32_t n, const
     if (!c || !tokens || !logits) return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode: NULL argument");
     *logits = NULL;
     if (n <= 0) return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode: %d tokens (need at least 1)", n);
+    if (c->embeddings)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode: this context computes embeddings, not logits: "
+                                               "use kiln_ctx_decode_batch and kiln_ctx_embeddings_seq");
     if (n > c->n_ctx - c->cells.n_used)
         return kiln__error(KILN_E_CONTEXT_FULL, "%d tokens do not fit: %d of %d context positions are used",
                            n, c->cells.n_used, c->n_ctx);

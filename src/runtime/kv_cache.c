@@ -73,7 +73,7 @@ void kiln__kv_release(kiln_kv_cells *kv, const int32_t *cells, int32_t n) {
 }
 
 void kiln__kv_fill_mask(const kiln_kv_cells *kv, const int32_t *pos, const int32_t *seq, int32_t n, int32_t T,
-                        int32_t window, float *mask) {
+                        int32_t window, bool causal, float *mask) {
     const int32_t C = kv->n_cells;
     for (int32_t t = 0; t < T; t++) {
         float *row = mask + (size_t)t * (size_t)C;
@@ -83,7 +83,7 @@ void kiln__kv_fill_mask(const kiln_kv_cells *kv, const int32_t *pos, const int32
             continue;
         }
         uint64_t bit = (uint64_t)1 << seq[t];
-        int32_t p = pos[t], lo = window > 0 ? p - window + 1 : INT32_MIN;
+        int32_t p = causal ? pos[t] : INT32_MAX, lo = window > 0 && causal ? p - window + 1 : INT32_MIN;
         for (int32_t c = 0; c < C; c++)
             row[c] = (kv->seqs[c] & bit) && kv->pos[c] <= p && kv->pos[c] >= lo ? 0.0f : -INFINITY;
     }

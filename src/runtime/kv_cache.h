@@ -39,11 +39,12 @@ void kiln__kv_occupy(kiln_kv_cells *kv, const int32_t *cells, const int32_t *pos
 void kiln__kv_release(kiln_kv_cells *kv, const int32_t *cells, int32_t n);
 
 /* The additive attention mask of a batch, [n_cells, T] row-major by token: entry (c, t) is 0 when token t
- * (position pos[t] of sequence seq[t]) sees cell c (c belongs to its sequence, at a position <= pos[t],
- * and within the last `window` positions when window > 0), else -inf. Rows n .. T - 1 (padding tokens)
- * are all -inf. */
+ * (position pos[t] of sequence seq[t]) sees cell c, else -inf. A causal token sees the cells of its
+ * sequence at positions <= pos[t] (and within the last `window` positions when window > 0); a token of a
+ * non-causal model (an encoder) sees every cell of its sequence, with no window. Rows n .. T - 1
+ * (padding tokens) are all -inf. */
 void kiln__kv_fill_mask(const kiln_kv_cells *kv, const int32_t *pos, const int32_t *seq, int32_t n, int32_t T,
-                        int32_t window, float *mask);
+                        int32_t window, bool causal, float *mask);
 
 int32_t kiln__kv_seq_pos_max(const kiln_kv_cells *kv, int32_t seq);
 /* Forget positions [p0, p1) of seq (every sequence when seq < 0). */

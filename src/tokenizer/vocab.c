@@ -15,7 +15,11 @@
  *   tokenizer.ggml.bos_token_id,     any integer type, optional (-1 = none); a present value must be
  *   tokenizer.ggml.eos_token_id      a token id, so 0xFFFFFFFF is an error.
  *   tokenizer.ggml.unknown_token_id  as above; when absent, the first token of type UNKNOWN, else -1.
- *   tokenizer.ggml.add_bos_token     BOOL, optional: true for "llama", false for the others.
+ *   tokenizer.ggml.cls_token_id,     "bert" only, as above: BOS and EOS when bos_token_id / eos_token_id
+ *   tokenizer.ggml.seperator_token_id  are absent ([CLS] and [SEP], as llama.cpp's converter names them).
+ *   tokenizer.ggml.add_bos_token     BOOL, optional: true for "llama" and "bert", false for the others.
+ *   tokenizer.ggml.add_eos_token     BOOL, optional: else add_sep_token, else true for "bert" ([SEP] ends
+ *                                    its sequences), false for the others.
  *   tokenizer.ggml.add_space_prefix  BOOL, optional: true.
  * The arrays must all have the same length. The vocab copies what it keeps; the file may be closed.
  */
@@ -29,7 +33,7 @@ static const struct {
     kiln__vocab_kind kind;
     bool add_bos_default;
 } known_models[] = {
-    {"llama", KILN__VOCAB_SPM, true}, {"gpt2", KILN__VOCAB_BPE, false},  {"bert", KILN__VOCAB_WPM, false},
+    {"llama", KILN__VOCAB_SPM, true}, {"gpt2", KILN__VOCAB_BPE, false},  {"bert", KILN__VOCAB_WPM, true},
     {"t5", KILN__VOCAB_UGM, false},   {"rwkv", KILN__VOCAB_RWKV, false},
 };
 
@@ -252,6 +256,10 @@ static kiln_status read_bool(const kiln_gguf *g, const char *key, bool fallback,
 
 static kiln_status read_specials(const kiln_gguf *g, kiln_vocab *v, bool add_bos_default) {
     kiln_status st;
+    bool wpm = v->kind == KILN__VOCAB_WPM, add_sep = wpm;
+    if (wpm && ((st = read_token_id(g, "tokenizer.ggml.cls_token_id", v->n_tokens, &v->bos)) != KILN_OK ||
+                (st = read_token_id(g, "tokenizer.ggml.seperator_token_id", v->n_tokens, &v->eos)) != KILN_OK))
+        return st;
     if ((st = read_token_id(g, "tokenizer.ggml.bos_token_id", v->n_tokens, &v->bos)) != KILN_OK) return st;
     if ((st = read_token_id(g, "tokenizer.ggml.eos_token_id", v->n_tokens, &v->eos)) != KILN_OK) return st;
     for (int32_t id = 0; id < v->n_tokens && v->unk < 0; id++) {
@@ -259,7 +267,9 @@ static kiln_status read_specials(const kiln_gguf *g, kiln_vocab *v, bool add_bos
     }
     if ((st = read_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk)) != KILN_OK)
         return st;
-    if ((st = read_bool(g, "tokenizer.ggml.add_bos_token", add_bos_default, &v->add_bos)) != KILN_OK)
+    if ((st = read_bool(g, "tokenizer.ggml.add_bos_token", add_bos_default, &v->add_bos)) != KILN_OK ||
+        (st = read_bool(g, "tokenizer.ggml.add_sep_token", add_sep, &add_sep)) != KILN_OK ||
+        (st = read_bool(g, "tokenizer.ggml.add_eos_token", add_sep, &v->add_eos)) != KILN_OK)
         return st;
     return read_bool(g, "tokenizer.ggml.add_space_prefix", true, &v->add_space_prefix);
 }
@@ -319,6 +329,9 @@ int32_t kiln_vocab_eos(const kiln_vocab *vocab) {
 }
 bool kiln_vocab_add_bos(const kiln_vocab *vocab) {
     return vocab ? vocab->add_bos : false;
+}
+bool kiln_vocab_add_eos(const kiln_vocab *vocab) {
+    return vocab ? vocab->add_eos : false;
 }
 
 kiln_str kiln_vocab_token_text(const kiln_vocab *vocab, int32_t id) {

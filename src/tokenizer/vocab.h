@@ -40,6 +40,7 @@ struct kiln_vocab {
     uint8_t byte_values[256]; /* byte_values[b] == b: storage that pieces of byte tokens point at */
     int32_t bos, eos, unk;    /* -1 when absent */
     bool add_bos;
+    bool add_eos; /* a whole sequence ends with EOS ([SEP] for WordPiece) */
     bool add_space_prefix;
 
     /* Special tokens: every CONTROL, USER_DEFINED and UNKNOWN token with a non-empty text, longest first. */
