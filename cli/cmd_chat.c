@@ -29,6 +29,7 @@ static const char chat_help[] =
     "      --chat-template NAME chatml, llama3, phi3, mistral or plain (default: recognized from the\n"
     "                           model's tokenizer.chat_template; plain when it has none)\n"
     "      --system TEXT        a system message that opens the conversation\n"
+    "  -f, --system-file FILE   read the system message from FILE (not '-': stdin carries the chat)\n"
     "  -n, --n-predict N        at most N tokens per reply (default 256)\n"
     "  -c, --ctx-size N         KV-cache size in tokens (default: the model's context length)\n"
     "  -t, --threads N          worker threads (default: the physical cores)\n"
@@ -49,6 +50,8 @@ static const char chat_help[] =
 
 typedef struct chat_options {
     const char *model, *template_name, *system;
+    const char *system_file; /* -f: the system message's file, read into system_buf */
+    char *system_buf;
     long n_predict, n_ctx;
     cli_engine engine;
     kiln_sampler_params sampling;
@@ -71,6 +74,8 @@ static int parse(int argc, char **argv, chat_options *o) {
             ok = cli_arg_str("chat", argc, argv, &i, &o->template_name);
         else if (!strcmp(a, "--system"))
             ok = cli_arg_str("chat", argc, argv, &i, &o->system);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--system-file"))
+            ok = cli_arg_str("chat", argc, argv, &i, &o->system_file);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             ok = cli_arg_int("chat", argc, argv, &i, 1, 1L << 30, &o->n_predict);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
@@ -82,6 +87,10 @@ static int parse(int argc, char **argv, chat_options *o) {
             return cli_usage_error("chat", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
+    if (o->system_file && o->system)
+        return cli_usage_error("chat", "give the system message with --system or -f, not both");
+    if (o->system_file && !strcmp(o->system_file, "-"))
+        return cli_usage_error("chat", "-f -: standard input carries the conversation; name a file");
     if (o->template_name && !kiln_chat_template_by_name(o->template_name))
         return cli_usage_error("chat", "unknown chat template '%s' (known: %s)", o->template_name,
                                kiln_chat_template_names());
@@ -280,6 +289,11 @@ int cmd_chat(int argc, char **argv) {
     chat_session s = {0};
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
+    if (o.system_file) {
+        size_t len;
+        if ((rc = cli_read_text("chat", o.system_file, &o.system_buf, &len))) return rc;
+        o.system = o.system_buf;
+    }
     rc = session_start(&s, &o);
     bool tty = isatty(STDIN_FILENO);
     char *line = NULL;
@@ -296,5 +310,6 @@ int cmd_chat(int argc, char **argv) {
     }
     free(line);
     session_free(&s);
+    free(o.system_buf);
     return rc;
 }

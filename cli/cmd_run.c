@@ -19,6 +19,7 @@ static const char run_help[] =
     "\n"
     "  -m, --model FILE       GGUF model (default: the bundled stories260K.gguf, or $KILN_MODEL)\n"
     "  -p, --prompt TEXT      prompt text (default: empty, i.e. start from BOS)\n"
+    "  -f, --file FILE        read the prompt from FILE ('-': standard input) instead\n"
     "  -n, --n-predict N      tokens to generate after the prompt (default 128); stops early at EOS\n"
     "                         or when the context is full\n"
     "  -c, --ctx-size N       KV-cache size in tokens (default: the model's context length)\n"
@@ -45,6 +46,8 @@ static const char run_help[] =
 typedef struct run_options {
     const char *model;
     const char *prompt;
+    const char *prompt_file; /* -f: the prompt's file, read into prompt_buf */
+    char *prompt_buf;
     long n_predict;
     long n_ctx;
     cli_engine engine;
@@ -57,6 +60,8 @@ typedef struct run_options {
 static int parse(int argc, char **argv, run_options *o) {
     o->model = NULL;
     o->prompt = "";
+    o->prompt_file = NULL;
+    o->prompt_buf = NULL;
     o->n_predict = 128;
     o->n_ctx = 0;
     o->engine = (cli_engine){0};
@@ -72,6 +77,7 @@ static int parse(int argc, char **argv, run_options *o) {
             return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_arg_str("run", argc, argv, &i, &o->model);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_arg_str("run", argc, argv, &i, &o->prompt);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) ok = cli_arg_str("run", argc, argv, &i, &o->prompt_file);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 30, &o->n_predict);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
@@ -85,6 +91,7 @@ static int parse(int argc, char **argv, run_options *o) {
             return cli_usage_error("run", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
+    if (o->prompt_file && o->prompt[0]) return cli_usage_error("run", "give the prompt with -p or -f, not both");
     if (!o->model) o->model = cli_default_model();
     if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;
@@ -190,7 +197,15 @@ int cmd_run(int argc, char **argv) {
     kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
-    if ((rc = cli_model_load("run", o.model, &o.engine, NULL, &g.model))) return rc;
+    if (o.prompt_file) {
+        size_t len;
+        if ((rc = cli_read_text("run", o.prompt_file, &o.prompt_buf, &len))) return rc;
+        o.prompt = o.prompt_buf;
+    }
+    if ((rc = cli_model_load("run", o.model, &o.engine, NULL, &g.model))) {
+        free(o.prompt_buf);
+        return rc;
+    }
     cp = cli_ctx_params(&o.engine);
     cp.n_ctx = (int32_t)o.n_ctx;
     cp.no_fuse = o.no_fuse;
@@ -213,5 +228,6 @@ int cmd_run(int argc, char **argv) {
                 t_gen > 0 ? (double)n_gen / t_gen : 0.0);
     }
     generation_free(&g);
+    free(o.prompt_buf);
     return rc;
 }

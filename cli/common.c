@@ -271,3 +271,44 @@ bool cli_arg_sampling(const char *cmd, int argc, char **argv, int *i, kiln_sampl
     }
     return true;
 }
+
+int cli_read_text(const char *cmd, const char *path, char **out, size_t *len) {
+    bool is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    const char *name = is_stdin ? "standard input" : path;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = NULL, *nul;
+    *out = NULL;
+    *len = 0;
+    if (!f) {
+        fprintf(stderr, "kiln %s: %s: %s\n", cmd, path, strerror(errno));
+        return CLI_FAIL;
+    }
+    buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break; /* end of file or an error, told apart below */
+        char *bigger = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!bigger) free(buf);
+        buf = bigger;
+        cap *= 2;
+    }
+    bool failed = !buf || ferror(f);
+    int err = errno;
+    if (!is_stdin) fclose(f);
+    if (failed) {
+        fprintf(stderr, "kiln %s: %s: %s\n", cmd, name, buf ? strerror(err) : "out of memory");
+        free(buf);
+        return CLI_FAIL;
+    }
+    buf[n] = '\0';
+    if ((nul = memchr(buf, '\0', n)) != NULL) {
+        fprintf(stderr, "kiln %s: %s: a NUL byte at offset %zu; a text cannot contain one\n", cmd, name,
+                (size_t)(nul - buf));
+        free(buf);
+        return CLI_FAIL;
+    }
+    *out = buf;
+    *len = n;
+    return CLI_OK;
+}

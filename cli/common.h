@@ -49,6 +49,12 @@ bool cli_arg_kv_type(const char *cmd, int argc, char **argv, int *i, kiln_type *
 
 double cli_now_seconds(void);
 
+/* The text of -f FILE: the whole of FILE ("-": standard input, read to its end) in a NUL-terminated
+ * buffer the caller frees, its length in *len. Any size that fits in memory; a NUL byte inside the text
+ * is refused, since a text ends at its first NUL. Returns CLI_OK, or CLI_FAIL after printing what went
+ * wrong ("kiln <cmd>: FILE: ..."). */
+int cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
+
 /* Options shared by the commands that run a model. Zero-initialized means every default. */
 typedef struct cli_engine {
     long n_threads;      /* -t, --threads; 0 = kiln_default_threads() */
