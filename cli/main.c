@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", cmd_run, "generate text from a prompt (default model: the bundled stories260K)"},
     {"chat", cmd_chat, "talk with a model, one reply per stdin line, keeping the KV cache across turns"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"embed", cmd_embed, "print sentence embeddings of texts with an encoder model (BERT)"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"quantize", cmd_quantize, "write a quantized copy of a model (Q4_K_M, Q5_K_M, Q8_0, ...)"},
     {"perplexity", cmd_perplexity, "measure perplexity over a text, and KL divergence against a base model"},
