@@ -56,20 +56,31 @@ static int parse(int argc, char **argv, embed_options *o, text_list *t) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(embed_help, stdout);
             return -1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_arg_str("embed", argc, argv, &i, &o->model);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) ok = cli_arg_str("embed", argc, argv, &i, &o->file);
-        else if (!strcmp(a, "--json")) o->json = true;
-        else if (!strcmp(a, "--max-tokens")) ok = cli_arg_int("embed", argc, argv, &i, 2, 1L << 24, &o->max_tokens);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            ok = cli_arg_str("embed", argc, argv, &i, &o->model);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+            ok = cli_arg_str("embed", argc, argv, &i, &o->file);
+        else if (!strcmp(a, "--json"))
+            o->json = true;
+        else if (!strcmp(a, "--max-tokens"))
+            ok = cli_arg_int("embed", argc, argv, &i, 2, 1L << 24, &o->max_tokens);
         else if (!strcmp(a, "--pooling")) {
             if (!(ok = cli_arg_str("embed", argc, argv, &i, &name))) break;
-            if (!strcmp(name, "mean")) o->pooling = KILN_POOLING_MEAN;
-            else if (!strcmp(name, "cls")) o->pooling = KILN_POOLING_CLS;
-            else if (!strcmp(name, "last")) o->pooling = KILN_POOLING_LAST;
-            else return cli_usage_error("embed", "--pooling '%s' is not one of mean, cls, last", name);
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->engine.verbose = true;
+            if (!strcmp(name, "mean"))
+                o->pooling = KILN_POOLING_MEAN;
+            else if (!strcmp(name, "cls"))
+                o->pooling = KILN_POOLING_CLS;
+            else if (!strcmp(name, "last"))
+                o->pooling = KILN_POOLING_LAST;
+            else
+                return cli_usage_error("embed", "--pooling '%s' is not one of mean, cls, last", name);
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+            o->engine.verbose = true;
         else if (cli_arg_engine("embed", argc, argv, &i, &o->engine, &ok)) {
-        } else if (a[0] == '-' && a[1] != '\0') return cli_usage_error("embed", "unknown option '%s'", a);
-        else t->texts[t->n++] = a;
+        } else if (a[0] == '-' && a[1] != '\0')
+            return cli_usage_error("embed", "unknown option '%s'", a);
+        else
+            t->texts[t->n++] = a;
         if (!ok) return CLI_USAGE;
     }
     if (!o->model) return cli_usage_error("embed", "missing -m FILE (an encoder model)");
@@ -126,8 +137,8 @@ static void print_vector(const float *e, int32_t n, bool json, bool first) {
 }
 
 /* Embed texts [i0, i1) (their tokens in ids/n_ids) in one batch and print them. */
-static int embed_batch(kiln_ctx *ctx, kiln_batch *b, int32_t **ids, const int32_t *n_ids, size_t i0, size_t i1,
-                       int32_t n_embd, bool json) {
+static int embed_batch(kiln_ctx *ctx, kiln_batch *b, int32_t **ids, const int32_t *n_ids, size_t i0,
+                       size_t i1, int32_t n_embd, bool json) {
     kiln_status s;
     kiln_batch_clear(b);
     for (size_t i = i0; i < i1; i++)
@@ -151,7 +162,8 @@ static int run(const embed_options *o, const text_list *t, int32_t **ids, int32_
     int rc = cli_model_load("embed", o->model, &o->engine, NULL, &model);
     if (rc) return rc;
     int32_t n_ctx = kiln_model_n_ctx_train(model), max = o->max_tokens ? (int32_t)o->max_tokens : n_ctx;
-    if (max > n_ctx) rc = cli_usage_error("embed", "--max-tokens %d exceeds the model's %d positions", max, n_ctx);
+    if (max > n_ctx)
+        rc = cli_usage_error("embed", "--max-tokens %d exceeds the model's %d positions", max, n_ctx);
     cp = cli_ctx_params(&o->engine);
     cp.embeddings = true;
     cp.pooling = o->pooling;

@@ -50,12 +50,15 @@ static char *json_string(const char **p) {
             continue;
         }
         s++;
-        if (*s == 'n') *o++ = '\n';
-        else if (*s == 't') *o++ = '\t';
+        if (*s == 'n')
+            *o++ = '\n';
+        else if (*s == 't')
+            *o++ = '\t';
         else if (*s == 'u') {
             *o++ = (char)strtol((char[5]){s[1], s[2], s[3], s[4], 0}, NULL, 16);
             s += 4;
-        } else *o++ = *s;
+        } else
+            *o++ = *s;
     }
     *o = '\0';
     *p = s + 1;
@@ -97,7 +100,8 @@ static bool load_refs(void) {
         r->n_ids = json_numbers(&p, "\"ids\"", v, MAX_SEQ);
         for (int i = 0; i < r->n_ids && i < MAX_SEQ; i++)
             r->ids[i] = (int32_t)v[i];
-        if (r->n_ids < 2 || r->n_ids > MAX_SEQ || json_numbers(&p, "\"embedding\"", v, N_EMBD) != N_EMBD) break;
+        if (r->n_ids < 2 || r->n_ids > MAX_SEQ || json_numbers(&p, "\"embedding\"", v, N_EMBD) != N_EMBD)
+            break;
         for (int i = 0; i < N_EMBD; i++)
             r->embd[i] = (float)v[i];
         n_refs++;
@@ -119,8 +123,10 @@ static kiln_model *load(const char *type) {
     kiln_model *m = NULL;
     kiln_status s = kiln_model_load(model_path(type), &m);
     if (s)
-        harness_fail(__FILE__, __LINE__, "%s: %s (the embed_model_setup fixture converts it: "
-                     "scripts/get-minilm.sh)", model_path(type), kiln_last_error());
+        harness_fail(__FILE__, __LINE__,
+                     "%s: %s (the embed_model_setup fixture converts it: "
+                     "scripts/get-minilm.sh)",
+                     model_path(type), kiln_last_error());
     return m;
 }
 
@@ -245,7 +251,8 @@ static void a_batch_of_several_sequences_equals_each_alone(void) {
         printf("  sentence %d: max |alone - together| = %g\n", i, (double)diff);
         /* Other sequences are hidden by the mask; only the bucket's kernels may round differently. */
         if (!(diff <= 1e-6f) || cs < 0.9999999)
-            harness_fail(__FILE__, __LINE__, "sentence %d: max |alone - together| %g, cosine %.9f", i, diff, cs);
+            harness_fail(__FILE__, __LINE__, "sentence %d: max |alone - together| %g, cosine %.9f", i, diff,
+                         cs);
     }
     kiln_ctx_destroy(c);
 done:
@@ -255,8 +262,8 @@ done:
 /* Run kiln embed --json on texts[0..n) and parse its floats into out; returns the count. */
 static int cli_embed(const char *const *texts, int n, float *out, int cap) {
     char cmd[4096];
-    size_t used = (size_t)snprintf(cmd, sizeof cmd, "'%s' embed -m '%s' --json --max-tokens %d", KILN_CLI_PATH,
-                                   model_path("f16"), MAX_SEQ);
+    size_t used = (size_t)snprintf(cmd, sizeof cmd, "'%s' embed -m '%s' --json --max-tokens %d",
+                                   KILN_CLI_PATH, model_path("f16"), MAX_SEQ);
     for (int i = 0; i < n; i++)
         used += (size_t)snprintf(cmd + used, sizeof cmd - used, " '%s'", texts[i]);
     FILE *f = popen(cmd, "r");

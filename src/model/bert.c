@@ -26,23 +26,27 @@ static kiln_status token_types(kiln_model *m) {
     if (i < 0) return KILN_OK; /* no segment embedding: every type adds nothing */
     if ((s = kiln_gguf_tensor_info(m->gguf, i, &info))) return s;
     s = kiln_gguf_get_int(m->gguf, "tokenizer.ggml.token_type_count", &count);
-    if (s == KILN_E_NOT_FOUND) count = info.ne[1];
-    else if (s) return s;
+    if (s == KILN_E_NOT_FOUND)
+        count = info.ne[1];
+    else if (s)
+        return s;
     if (count < 1 || count > 65536)
-        return kiln__error(KILN_E_FORMAT, "tokenizer.ggml.token_type_count %lld is outside 1..65536", (long long)count);
+        return kiln__error(KILN_E_FORMAT, "tokenizer.ggml.token_type_count %lld is outside 1..65536",
+                           (long long)count);
     int64_t ne[2] = {m->hp.n_embd, count};
     return kiln__model_weight(m, "token_types.weight", 2, ne, false, &m->tok_types);
 }
 
 kiln_status kiln__bert_load_weights(kiln_model *m) {
-    static const kiln_block_spec spec = {.qkv_bias = KILN_PART_REQUIRED, .out_bias = KILN_PART_REQUIRED,
-                                         .ffn_bias = KILN_PART_REQUIRED};
+    static const kiln_block_spec spec = {
+        .qkv_bias = KILN_PART_REQUIRED, .out_bias = KILN_PART_REQUIRED, .ffn_bias = KILN_PART_REQUIRED};
     const kiln_hparams *hp = &m->hp;
     int64_t ne_embd[2] = {hp->n_embd, hp->n_vocab}, ne_pos[2] = {hp->n_embd, hp->n_ctx_train};
     int64_t ne_norm[1] = {hp->n_embd};
     kiln_status s;
     if (hp->causal)
-        return kiln__error(KILN_E_UNSUPPORTED, "bert.attention.causal is true; Kiln runs BERT as an encoder only");
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "bert.attention.causal is true; Kiln runs BERT as an encoder only");
     m->norm = KILN_NORM_LAYER;
     m->norm_order = KILN_POST_NORM;
     m->ffn = KILN_FFN_GELU;

@@ -35,21 +35,29 @@ kiln_status kiln__embd_init(kiln_ctx *c, const kiln_ctx_params *p) {
     c->embeddings = p->embeddings;
     if (!p->embeddings) {
         if (m->norm_order == KILN_POST_NORM)
-            return kiln__error(KILN_E_UNSUPPORTED, "model '%s' is an encoder with no language-model head: create "
-                               "its context with kiln_ctx_params.embeddings = true", m->arch);
+            return kiln__error(KILN_E_UNSUPPORTED,
+                               "model '%s' is an encoder with no language-model head: create "
+                               "its context with kiln_ctx_params.embeddings = true",
+                               m->arch);
         return KILN_OK;
     }
     if (m->norm_order != KILN_POST_NORM || m->hp.causal)
-        return kiln__error(KILN_E_UNSUPPORTED, "embeddings need an encoder model (such as bert); '%s' is a causal "
-                           "decoder", m->arch);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "embeddings need an encoder model (such as bert); '%s' is a causal "
+                           "decoder",
+                           m->arch);
     if (p->pooling != KILN_POOLING_UNSPECIFIED && p->pooling != KILN_POOLING_MEAN &&
         p->pooling != KILN_POOLING_CLS && p->pooling != KILN_POOLING_LAST)
-        return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_params.pooling %d is not one of -1 (the model's), "
-                           "1 mean, 2 cls, 3 last", (int)p->pooling);
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "kiln_ctx_params.pooling %d is not one of -1 (the model's), "
+                           "1 mean, 2 cls, 3 last",
+                           (int)p->pooling);
     c->pooling = p->pooling == KILN_POOLING_UNSPECIFIED ? (kiln_pooling)m->hp.pooling : p->pooling;
     if (c->pooling == KILN_POOLING_NONE)
-        return kiln__error(KILN_E_UNSUPPORTED, "the model's %s.pooling_type is 0 (none): choose one with "
-                           "kiln_ctx_params.pooling (mean, cls or last)", m->arch);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "the model's %s.pooling_type is 0 (none): choose one with "
+                           "kiln_ctx_params.pooling (mean, cls or last)",
+                           m->arch);
     c->embd = kiln__alloc_array((size_t)c->n_seq_max * (size_t)E, sizeof *c->embd);
     c->embd_tokens = kiln__calloc((size_t)c->n_seq_max, sizeof *c->embd_tokens);
     if (!c->embd || !c->embd_tokens) return kiln__nomem("the embeddings");
@@ -61,8 +69,10 @@ kiln_status kiln__embd_check_token(const kiln_ctx *c, const kiln_batch *b, int32
     (void)c;
     return kiln__error(KILN_E_INVALID_ARG,
                        "position %d at batch index %d: an encoder takes each sequence whole in one batch, at "
-                       "positions 0, 1, 2, ... (sequence %d %s)", p, i, s,
-                       p == 0 ? "appears twice at position 0" : "does not continue from the batch's earlier tokens");
+                       "positions 0, 1, 2, ... (sequence %d %s)",
+                       p, i, s,
+                       p == 0 ? "appears twice at position 0"
+                              : "does not continue from the batch's earlier tokens");
 }
 
 void kiln__embd_pool(kiln_ctx *c, const kiln_batch *b, const float *hidden) {
@@ -75,7 +85,8 @@ void kiln__embd_pool(kiln_ctx *c, const kiln_batch *b, const float *hidden) {
         float *dst = c->embd + (size_t)s * E;
         bool take = c->pooling == KILN_POOLING_MEAN || (c->pooling == KILN_POOLING_CLS && p == 0) ||
                     (c->pooling == KILN_POOLING_LAST && (c->embd_tokens[s] == 0 || p > last_pos[s]));
-        if (take && c->pooling != KILN_POOLING_MEAN) memcpy(dst, row, E * sizeof *dst);
+        if (take && c->pooling != KILN_POOLING_MEAN)
+            memcpy(dst, row, E * sizeof *dst);
         else if (take)
             for (size_t e = 0; e < E; e++)
                 dst[e] += row[e];
@@ -100,8 +111,10 @@ void kiln__embd_pool(kiln_ctx *c, const kiln_batch *b, const float *hidden) {
 
 const float *kiln_ctx_embeddings_seq(kiln_ctx *c, int32_t seq) {
     if (!c || !c->embeddings) {
-        kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_embeddings_seq: %s", c ? "this context computes logits "
-                    "(create it with kiln_ctx_params.embeddings = true)" : "ctx is NULL");
+        kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_embeddings_seq: %s",
+                    c ? "this context computes logits "
+                        "(create it with kiln_ctx_params.embeddings = true)"
+                      : "ctx is NULL");
         return NULL;
     }
     if (seq < 0 || seq >= c->n_seq_max) {
@@ -110,8 +123,10 @@ const float *kiln_ctx_embeddings_seq(kiln_ctx *c, int32_t seq) {
         return NULL;
     }
     if (c->embd_tokens[seq] == 0) {
-        kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_embeddings_seq: sequence %d had no tokens in the last batch "
-                    "(%s pooling)", seq, pooling_name(c->pooling));
+        kiln__error(KILN_E_INVALID_ARG,
+                    "kiln_ctx_embeddings_seq: sequence %d had no tokens in the last batch "
+                    "(%s pooling)",
+                    seq, pooling_name(c->pooling));
         return NULL;
     }
     return c->embd + (size_t)seq * (size_t)c->model->hp.n_embd;
