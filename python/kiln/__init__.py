@@ -1,0 +1,55 @@
+"""kiln: the Python binding of Kiln, a C11 inference engine for transformer language models.
+
+Two layers over libkiln.so (loaded with ctypes, see kiln._lib):
+  - kiln.Llama: a drop-in for llama-cpp-python's llama_cpp.Llama (completions, chat, embeddings, with
+    the same names, defaults and OpenAI-style dicts);
+  - Kiln's own API: Model, Context, Batch, Sampler, Detokenizer, ChatTemplate, with logits and
+    embeddings as numpy views of the library's buffers.
+Failures raise KilnError subclasses that carry the library's message and status name. See
+docs/python.md.
+"""
+
+from .chat import ChatTemplate, template_names
+from .errors import (
+    AbortedError,
+    ContextFullError,
+    FormatError,
+    InternalError,
+    InvalidArgumentError,
+    KilnError,
+    KilnIOError,
+    NotFoundError,
+    OutOfMemoryError,
+    RangeError,
+    UnsupportedError,
+)
+from .llama import LLAMA_DEFAULT_SEED, Llama
+from .model import Batch, Context, Model, default_threads
+from .sampler import Sampler
+from .tokenizer import Detokenizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbortedError",
+    "Batch",
+    "ChatTemplate",
+    "Context",
+    "ContextFullError",
+    "Detokenizer",
+    "FormatError",
+    "InternalError",
+    "InvalidArgumentError",
+    "KilnError",
+    "KilnIOError",
+    "LLAMA_DEFAULT_SEED",
+    "Llama",
+    "Model",
+    "NotFoundError",
+    "OutOfMemoryError",
+    "RangeError",
+    "Sampler",
+    "UnsupportedError",
+    "default_threads",
+    "template_names",
+]
