@@ -3,7 +3,7 @@ field, and a prototype (argtypes and restype) for every function the binding cal
 
 ctypes rather than a compiled extension: the binding needs no compiler and no Python headers, the one
 native file is libkiln.so itself (built by CMake), and the same package works on every CPython >= 3.9
-(and PyPy) without a build per interpreter. ctypes releases the GIL for the length of each C call, so a
+without a build per interpreter. ctypes releases the GIL for the length of each C call, so a
 long decode does not stop other Python threads.
 
 The library is looked for next to this file (where `pip install ./python` puts it); the environment
