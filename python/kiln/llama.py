@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import _generate
-from .chat import ChatTemplate, template_names
+from .chat import ChatTemplate
 from .errors import UnsupportedError
 from .model import Context, Model
 
@@ -105,6 +105,7 @@ class Llama:
         self.n_batch = n_batch
         self.set_seed(seed)
         self._cached: List[int] = []  # the tokens sequence 0 holds (see _sync_cache)
+        self._pending: Optional[Any] = None  # (prompt, completion) of the last completion started
         self._chat_template = self._choose_template(chat_format)
         self.chat_format = self._chat_template.name
         eot = self._chat_template.end_of_turn
@@ -409,9 +410,8 @@ class Llama:
 
     def _sync_cache(self) -> None:
         """Bring _cached up to date with what the last completion left in the KV cache."""
-        pending = getattr(self, "_pending", None)
-        if pending is not None:
-            prompt, completion = pending
+        if self._pending is not None:
+            prompt, completion = self._pending
             self._cached = (prompt + completion)[: self.ctx.n_past]
             self._pending = None
 

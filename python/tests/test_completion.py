@@ -129,3 +129,11 @@ def test_unsupported_sampling_options_say_so(llm):
         llm("Once", max_tokens=1, mirostat_mode=2)
     with pytest.raises(NotImplementedError, match="grammar"):
         llm("Once", max_tokens=1, grammar=object())
+
+
+def test_an_abandoned_stream_leaves_the_llama_usable(llm):
+    want = llm("The cat", max_tokens=12, temperature=0)["choices"][0]["text"]
+    stream = llm("Once upon a time", max_tokens=30, temperature=0, stream=True)
+    next(stream), next(stream)
+    stream.close()
+    assert llm("The cat", max_tokens=12, temperature=0)["choices"][0]["text"] == want
