@@ -241,12 +241,15 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char 
         size_t n = *upload_size;
         *upload_size = 0;
         if (r->phase != PHASE_UPLOAD) return MHD_YES; /* already answered: drain */
-        if (!take_upload(h, r, upload, n)) {
-            ks_api_fail(&err, 413, "invalid_request_error", "request_too_large", NULL,
-                        "the request body is over the limit of %zu bytes", h->params->max_body);
-            return refuse(h, r, &err);
-        }
+        /* MHD cannot answer in the middle of an upload: drain an oversized body (up to a bound, then drop
+         * the connection) and answer 413 when it ends. */
+        if (!take_upload(h, r, upload, n) && (r->drained += n) > 8 * h->params->max_body) return MHD_NO;
         return MHD_YES;
+    }
+    if (r->too_big && r->phase == PHASE_UPLOAD) {
+        ks_api_fail(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                    "the request body is over the limit of %zu bytes", h->params->max_body);
+        return refuse(h, r, &err);
     }
     if (r->phase == PHASE_RESPONDED) return MHD_YES;
     if (r->phase == PHASE_WAITING || r->phase == PHASE_STREAMING)

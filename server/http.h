@@ -55,6 +55,7 @@ typedef struct http_req {
     char *body;        /* (len) the upload, NUL-terminated */
     size_t len, cap;
     bool too_big;      /* the upload passed params->max_body */
+    size_t drained;    /* bytes of an oversized upload thrown away */
 
     /* Completion requests: shared with the engine thread under mu. */
     pthread_mutex_t mu;
