@@ -311,17 +311,8 @@ kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn
     return st;
 }
 
-void ks__engine_retire(ks_engine *e, ks_req *r, ks_outcome outcome) {
-    double now = ks__now();
+void ks__engine_retire(ks_engine *e, ks_req *r) {
     pthread_mutex_lock(&e->mu);
-    if (outcome == KS_OUTCOME_OK) {
-        e->metrics.requests_ok++;
-        ks__hist_observe(&e->metrics.end_to_end, now - r->t_submit);
-    } else if (outcome == KS_OUTCOME_FAILED) {
-        e->metrics.requests_failed++;
-    } else {
-        e->metrics.requests_cancelled++;
-    }
     for (ks_req **p = &e->live; *p; p = &(*p)->next_live)
         if (*p == r) {
             *p = r->next_live;

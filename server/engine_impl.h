@@ -101,11 +101,9 @@ bool ks__engine_step(ks_engine *e);
 /* Hand a sequence id back to the free pool after its cells were forgotten (step.c). */
 void ks__engine_release_seq(void *engine, int32_t seq);
 
-typedef enum ks_outcome { KS_OUTCOME_OK, KS_OUTCOME_FAILED, KS_OUTCOME_CANCELLED } ks_outcome;
-
-/* Retire a request after its last event (engine.c): counted in the metrics with its outcome, out of the
- * live list, and freed unless a cancel still pins it. */
-void ks__engine_retire(ks_engine *e, ks_req *r, ks_outcome outcome);
+/* Retire a request after its last event (engine.c): out of the live list, and freed unless a cancel
+ * still pins it. */
+void ks__engine_retire(ks_engine *e, ks_req *r);
 
 /* Free a request's memory (engine.c). */
 void ks__req_free(ks_req *r);

@@ -209,15 +209,61 @@ static bool sweep_and_admit(ks_engine *e, ks_req **ended, double now) {
     return changed;
 }
 
+static void hist_add(ks_histogram *dst, ks_histogram *src) {
+    for (int i = 0; i < KS_HIST_BUCKETS; i++)
+        dst->count[i] += src->count[i];
+    dst->total += src->total;
+    dst->sum += src->sum;
+}
+
+/* Under mu: the gauges, and with `merge` this step's counters and histograms. */
+static void publish(ks_engine *e, bool merge) {
+    ks_metrics *m = &e->metrics;
+    m->queue_depth = e->queued;
+    m->running_sequences = e->running_seqs;
+    m->kv_cells_used = kiln_kv_n_used(e->ctx);
+    m->prefix_cache_sequences = e->pcache.n;
+    m->prefix_cache_cells = ks__pcache_tokens(&e->pcache);
+    if (!merge) return;
+    ks_metrics *d = &e->delta;
+    m->prompt_tokens += d->prompt_tokens;
+    m->generated_tokens += d->generated_tokens;
+    m->cached_prompt_tokens += d->cached_prompt_tokens;
+    hist_add(&m->ttft, &d->ttft);
+    hist_add(&m->inter_token, &d->inter_token);
+    hist_add(&m->queue_time, &d->queue_time);
+    memset(d, 0, sizeof *d);
+}
+
+typedef enum outcome { OUTCOME_OK, OUTCOME_FAILED, OUTCOME_CANCELLED } outcome;
+
+/* Before a request's last event: its outcome is counted and the metrics are brought up to date, so that
+ * whoever reads them after that event sees the request finished. */
+static void settle(ks_engine *e, const ks_req *r, outcome o) {
+    double now = ks__now();
+    pthread_mutex_lock(&e->mu);
+    publish(e, true);
+    if (o == OUTCOME_OK) {
+        e->metrics.requests_ok++;
+        ks__hist_observe(&e->metrics.end_to_end, now - r->t_submit);
+    } else if (o == OUTCOME_FAILED) {
+        e->metrics.requests_failed++;
+    } else {
+        e->metrics.requests_cancelled++;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Send an ended request its last event (ERROR unless its client cancelled it) and retire it. */
 static void end_request(ks_engine *e, ks_req *r) {
     bool cancelled = r->cancel_requested;
+    settle(e, r, cancelled ? OUTCOME_CANCELLED : OUTCOME_FAILED);
     if (!cancelled) {
         const char *why = r->error[0] ? r->error : "server shutting down";
         ks_event ev = {.kind = KS_EVENT_ERROR, .message = why};
         emit_event(r, &ev);
     }
-    ks__engine_retire(e, r, cancelled ? KS_OUTCOME_CANCELLED : KS_OUTCOME_FAILED);
+    ks__engine_retire(e, r);
 }
 
 static bool prefilling(const ks_req *r) { return r->n_prefilled < r->req.n_prompt; }
@@ -310,34 +356,9 @@ static void complete_request(ks_engine *e, ks_req *r) {
                    .prompt_tokens = r->req.n_prompt,
                    .completion_tokens = r->completion_tokens,
                    .cached_tokens = r->cached};
+    settle(e, r, OUTCOME_OK);
     emit_event(r, &ev);
-    ks__engine_retire(e, r, KS_OUTCOME_OK);
-}
-
-static void hist_add(ks_histogram *dst, ks_histogram *src) {
-    for (int i = 0; i < KS_HIST_BUCKETS; i++)
-        dst->count[i] += src->count[i];
-    dst->total += src->total;
-    dst->sum += src->sum;
-}
-
-/* Under mu: the gauges, and with `merge` this step's counters and histograms. */
-static void publish(ks_engine *e, bool merge) {
-    ks_metrics *m = &e->metrics;
-    m->queue_depth = e->queued;
-    m->running_sequences = e->running_seqs;
-    m->kv_cells_used = kiln_kv_n_used(e->ctx);
-    m->prefix_cache_sequences = e->pcache.n;
-    m->prefix_cache_cells = ks__pcache_tokens(&e->pcache);
-    if (!merge) return;
-    ks_metrics *d = &e->delta;
-    m->prompt_tokens += d->prompt_tokens;
-    m->generated_tokens += d->generated_tokens;
-    m->cached_prompt_tokens += d->cached_prompt_tokens;
-    hist_add(&m->ttft, &d->ttft);
-    hist_add(&m->inter_token, &d->inter_token);
-    hist_add(&m->queue_time, &d->queue_time);
-    memset(d, 0, sizeof *d);
+    ks__engine_retire(e, r);
 }
 
 /* Every active request fails with the decode's error. */
