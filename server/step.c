@@ -256,7 +256,9 @@ static void settle(ks_engine *e, const ks_req *r, outcome o) {
 
 /* Send an ended request its last event (ERROR unless its client cancelled it) and retire it. */
 static void end_request(ks_engine *e, ks_req *r) {
+    pthread_mutex_lock(&e->mu);
     bool cancelled = r->cancel_requested;
+    pthread_mutex_unlock(&e->mu);
     settle(e, r, cancelled ? OUTCOME_CANCELLED : OUTCOME_FAILED);
     if (!cancelled) {
         const char *why = r->error[0] ? r->error : "server shutting down";
@@ -299,7 +301,7 @@ static void build_batch(ks_engine *e) {
 }
 
 /* After a decode: positions advance, reservations are consumed, and a completed prompt is shared with
- * the request's other choices. */
+ * the request's other choices (a request whose sharing fails gets its error and ends when sampled). */
 static void account_decode(ks_engine *e) {
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
@@ -310,7 +312,9 @@ static void account_decode(ks_engine *e) {
             e->reserved_cells -= r->slice;
             if (!prefilling(r))
                 for (int32_t i = 1; i < r->req.n; i++) {
-                    kiln_kv_seq_cp(e->ctx, r->seqs[0], r->seqs[i], -1, -1);
+                    if (kiln_kv_seq_cp(e->ctx, r->seqs[0], r->seqs[i], -1, -1) != KILN_OK && !r->error[0])
+                        snprintf(r->error, sizeof r->error, "sharing the prompt with choice %d: %s", i,
+                                 kiln_last_error());
                     r->n_past[i] = r->req.n_prompt;
                     r->batch_at[i] = r->batch_at[0];
                 }
@@ -328,6 +332,7 @@ static void account_decode(ks_engine *e) {
 /* Sample every choice of r that has logits in this batch. Returns false when the request failed (its
  * message is in r->error). */
 static bool sample_request(ks_engine *e, ks_req *r, double now) {
+    if (r->error[0]) return false;
     for (int32_t i = 0; i < r->req.n; i++) {
         ks_choice *c = &r->choices[i];
         if (r->batch_at[i] < 0 || c->done) continue;
