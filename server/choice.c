@@ -232,7 +232,8 @@ static void emit_text(ks_choice *c, kiln_str text, int32_t release, ks_emit_fn e
 }
 
 /* Pass a piece of detokenized text (the newest pending token's) through the stop strings and emit. */
-static kiln_status feed(ks_choice *c, kiln_str piece, bool final, ks_emit_fn emit, void *user, bool *matched) {
+static kiln_status feed(ks_choice *c, kiln_str piece, bool final, ks_emit_fn emit, void *user,
+                        bool *matched) {
     ks_pending *p = &c->pend;
     c->produced += piece.len;
     if (p->n > 0) p->end[p->n - 1] = c->produced;

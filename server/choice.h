@@ -46,13 +46,13 @@ typedef struct ks_choice_params {
 /* Tokens whose logprobs wait for their text. */
 typedef struct ks_pending {
     int32_t n, cap;
-    int32_t *tokens;        /* [cap] */
-    float *logprobs;        /* [cap] */
-    size_t *start, *end;    /* [cap] byte offsets of the token's text in the choice's text */
-    ks_top_logprob *top;    /* [cap * k]; text filled in when emitted */
-    size_t *top_text_at;    /* [cap * k] offsets into text */
+    int32_t *tokens;                 /* [cap] */
+    float *logprobs;                 /* [cap] */
+    size_t *start, *end;             /* [cap] byte offsets of the token's text in the choice's text */
+    ks_top_logprob *top;             /* [cap * k]; text filled in when emitted */
+    size_t *top_text_at;             /* [cap * k] offsets into text */
     const ks_top_logprob **top_rows; /* [cap] */
-    char *text;             /* the alternatives' texts */
+    char *text;                      /* the alternatives' texts */
     size_t text_len, text_cap;
 } ks_pending;
 

@@ -98,7 +98,8 @@ static kiln_status engine_init(ks_engine *e) {
 kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, ks_engine **out) {
     if (!out) return kiln__error(KILN_E_INVALID_ARG, "ks_engine_create: out is NULL");
     *out = NULL;
-    if (!model || !params) return kiln__error(KILN_E_INVALID_ARG, "ks_engine_create: model or params is NULL");
+    if (!model || !params)
+        return kiln__error(KILN_E_INVALID_ARG, "ks_engine_create: model or params is NULL");
     ks_engine_params p = *params;
     kiln_status st = resolve_params(model, &p);
     if (st != KILN_OK) return st;
@@ -116,8 +117,9 @@ kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, 
     st = engine_init(e);
     if (st == KILN_OK) {
         int rc = pthread_create(&e->thread, NULL, engine_main, e);
-        if (rc != 0) st = kiln__error(KILN_E_INTERNAL, "ks_engine_create: starting the engine thread: %s",
-                                      strerror(rc));
+        if (rc != 0)
+            st = kiln__error(KILN_E_INTERNAL, "ks_engine_create: starting the engine thread: %s",
+                             strerror(rc));
         e->thread_started = rc == 0;
     }
     if (st != KILN_OK) {
@@ -181,14 +183,16 @@ static kiln_status check_request(const ks_engine *e, const ks_request *r) {
         return kiln__error(KILN_E_INVALID_ARG, "request: prompt is empty (n_prompt %d)", r->n_prompt);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= n_vocab)
-            return kiln__error(KILN_E_INVALID_ARG, "request: prompt[%d] = %d is outside the vocabulary (0 .. %d)",
-                               i, r->prompt[i], n_vocab - 1);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "request: prompt[%d] = %d is outside the vocabulary (0 .. %d)", i,
+                               r->prompt[i], n_vocab - 1);
     if (r->max_tokens < 1 || r->max_tokens > e->p.max_tokens_cap)
         return kiln__error(KILN_E_INVALID_ARG, "request: max_tokens %d is outside 1 .. %d", r->max_tokens,
                            e->p.max_tokens_cap);
     if (r->n < 1 || r->n > e->p.n_parallel)
-        return kiln__error(KILN_E_INVALID_ARG, "request: n %d is outside 1 .. %d (the sequences decoding at once)",
-                           r->n, e->p.n_parallel);
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "request: n %d is outside 1 .. %d (the sequences decoding at once)", r->n,
+                           e->p.n_parallel);
     if (!isfinite(r->temperature) || r->temperature < 0)
         return kiln__error(KILN_E_INVALID_ARG, "request: temperature %g must be finite and >= 0",
                            (double)r->temperature);
@@ -204,7 +208,8 @@ static kiln_status check_request(const ks_engine *e, const ks_request *r) {
         return kiln__error(KILN_E_INVALID_ARG, "request: frequency_penalty %g is outside [-2, 2]",
                            (double)r->frequency_penalty);
     if (r->n_stop < 0 || r->n_stop > 4 || (r->n_stop > 0 && !r->stop))
-        return kiln__error(KILN_E_INVALID_ARG, "request: n_stop %d is outside 0 .. 4 or stop is NULL", r->n_stop);
+        return kiln__error(KILN_E_INVALID_ARG, "request: n_stop %d is outside 0 .. 4 or stop is NULL",
+                           r->n_stop);
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
             return kiln__error(KILN_E_INVALID_ARG, "request: stop[%d] is empty", i);
@@ -280,24 +285,30 @@ fail:
     return NULL;
 }
 
-kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user, ks_handle *out) {
+kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user,
+                             ks_handle *out) {
     if (!e || !req || !fn || !out)
         return kiln__error(KILN_E_INVALID_ARG, "ks_engine_submit: engine, request, callback or out is NULL");
     *out = 0;
     kiln_status st = check_request(e, req);
     if (st != KILN_OK) return st;
     ks_req *r = req_copy(e, req, fn, user);
-    if (!r) return kiln__error(KILN_E_NOMEM, "ks_engine_submit: copying a request of %d tokens", req->n_prompt);
+    if (!r)
+        return kiln__error(KILN_E_NOMEM, "ks_engine_submit: copying a request of %d tokens", req->n_prompt);
     r->t_submit = ks__now();
     pthread_mutex_lock(&e->mu);
-    if (!e->accepting) st = kiln__error(KILN_E_UNSUPPORTED, "ks_engine_submit: the server is shutting down");
+    if (!e->accepting)
+        st = kiln__error(KILN_E_UNSUPPORTED, "ks_engine_submit: the server is shutting down");
     else if (e->queued >= e->p.max_queue)
-        st = kiln__error(KILN_E_RANGE, "ks_engine_submit: the queue is full (%d requests waiting, --max-queue %d)",
+        st = kiln__error(KILN_E_RANGE,
+                         "ks_engine_submit: the queue is full (%d requests waiting, --max-queue %d)",
                          e->queued, e->p.max_queue);
     if (st == KILN_OK) {
         r->handle = *out = e->next_handle++;
-        if (e->queue_tail) e->queue_tail->next_queued = r;
-        else e->queue_head = r;
+        if (e->queue_tail)
+            e->queue_tail->next_queued = r;
+        else
+            e->queue_head = r;
         e->queue_tail = r;
         e->queued++;
         r->next_live = e->live;

@@ -24,9 +24,9 @@ typedef struct ks_req {
     ks_handle handle;
     ks_event_fn fn;
     void *user;
-    ks_request req;       /* prompt and stop point at the copies below */
-    int32_t *prompt;      /* [n_prompt] */
-    char **stop;          /* [n_stop] */
+    ks_request req;  /* prompt and stop point at the copies below */
+    int32_t *prompt; /* [n_prompt] */
+    char **stop;     /* [n_stop] */
     ks_choice_params cp;
     kiln_sampler_params sp;
     double t_submit;
@@ -37,12 +37,12 @@ typedef struct ks_req {
     bool cancel_requested;      /* by the client: ends silently */
     bool shutdown_requested;    /* by ks_engine_shutdown: ends with KS_EVENT_ERROR */
     bool admitted;
-    int32_t refs;               /* cancel calls pinning the request */
-    bool retired;               /* out of the live list; freed by whoever drops the last reference */
+    int32_t refs; /* cancel calls pinning the request */
+    bool retired; /* out of the live list; freed by whoever drops the last reference */
 
     /* Under cb_mu. */
     pthread_mutex_t cb_mu;
-    bool silenced;              /* no event may reach the callback any more */
+    bool silenced; /* no event may reach the callback any more */
 
     /* Engine thread. */
     ks_choice *choices;  /* [n] */
@@ -58,7 +58,7 @@ typedef struct ks_req {
     int32_t n_running;   /* choices not finished */
     int32_t completion_tokens;
     bool first_token_seen;
-    char error[256];     /* why the request failed, for its KS_EVENT_ERROR */
+    char error[256]; /* why the request failed, for its KS_EVENT_ERROR */
 } ks_req;
 
 struct ks_engine {
@@ -84,15 +84,15 @@ struct ks_engine {
     /* Engine thread. */
     ks_req *active[KILN_SEQ_MAX]; /* admitted requests, in admission order */
     int32_t n_active;
-    int32_t running_seqs;        /* sequences of active requests still generating */
+    int32_t running_seqs; /* sequences of active requests still generating */
     int32_t free_seqs[KILN_SEQ_MAX];
     int32_t n_free_seqs;
-    int32_t reserved_cells;      /* sum of the active requests' reservations */
-    ks_req *emitting;            /* the request whose callback is running */
+    int32_t reserved_cells; /* sum of the active requests' reservations */
+    ks_req *emitting;       /* the request whose callback is running */
     ks_pcache pcache;
     kiln_batch batch;
     ks_gen_scratch scratch;
-    ks_metrics delta;            /* counters and histograms of this step, merged into metrics under mu */
+    ks_metrics delta; /* counters and histograms of this step, merged into metrics under mu */
 };
 
 /* One step (step.c): sweep, admit, decode, sample, emit. Returns false when there was nothing to do. */

@@ -7,7 +7,7 @@
 
 #include <time.h>
 
-const double ks_metric_buckets[KS_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+const double ks_metric_buckets[KS_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
                                                    0.5,   1.0,  2.5,   5.0,  10.0, 60.0};
 
 void ks__hist_observe(ks_histogram *h, double seconds) {

@@ -22,7 +22,7 @@ typedef struct ks_pcache_entry {
     int32_t seq;
     int32_t *tokens; /* [n], owned */
     int32_t n;
-    uint64_t used;   /* tick of the last insert or match */
+    uint64_t used; /* tick of the last insert or match */
 } ks_pcache_entry;
 
 typedef struct ks_pcache {

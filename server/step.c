@@ -44,7 +44,9 @@ static void emit_event(void *user, const ks_event *ev) {
     pthread_mutex_unlock(&r->cb_mu);
 }
 
-static int32_t free_cells(const ks_engine *e) { return e->p.n_ctx - kiln_kv_n_used(e->ctx); }
+static int32_t free_cells(const ks_engine *e) {
+    return e->p.n_ctx - kiln_kv_n_used(e->ctx);
+}
 
 static void forget_seq(ks_engine *e, int32_t seq) {
     kiln_kv_seq_rm(e->ctx, seq, -1, -1);
@@ -104,7 +106,8 @@ static int32_t reserve_cells(ks_engine *e, ks_req *r) {
     int32_t n_prompt = r->req.n_prompt, match = 0;
     int32_t hit = ks__pcache_lookup(&e->pcache, r->prompt, n_prompt, &match);
     int32_t reuse = match < n_prompt - 1 ? match : n_prompt - 1;
-    if (hit >= 0 && reuse > 0 && kiln_kv_seq_cp(e->ctx, e->pcache.entries[hit].seq, r->seqs[0], 0, reuse) != KILN_OK)
+    if (hit >= 0 && reuse > 0 &&
+        kiln_kv_seq_cp(e->ctx, e->pcache.entries[hit].seq, r->seqs[0], 0, reuse) != KILN_OK)
         reuse = 0;
     if (hit < 0) reuse = 0;
     int32_t need = n_prompt - reuse + r->req.n * (r->req.max_tokens - 1);
@@ -158,8 +161,10 @@ static void unqueue(ks_engine *e, ks_req *r) {
     ks_req *prev = NULL;
     for (ks_req *q = e->queue_head; q; prev = q, q = q->next_queued)
         if (q == r) {
-            if (prev) prev->next_queued = q->next_queued;
-            else e->queue_head = q->next_queued;
+            if (prev)
+                prev->next_queued = q->next_queued;
+            else
+                e->queue_head = q->next_queued;
             if (e->queue_tail == q) e->queue_tail = prev;
             q->next_queued = NULL;
             e->queued--;
@@ -268,7 +273,9 @@ static void end_request(ks_engine *e, ks_req *r) {
     ks__engine_retire(e, r);
 }
 
-static bool prefilling(const ks_req *r) { return r->n_prefilled < r->req.n_prompt; }
+static bool prefilling(const ks_req *r) {
+    return r->n_prefilled < r->req.n_prompt;
+}
 
 /* Decoding tokens first, then prompt slices up to the step budget. */
 static void build_batch(ks_engine *e) {
@@ -338,7 +345,8 @@ static bool sample_request(ks_engine *e, ks_req *r, double now) {
         if (r->batch_at[i] < 0 || c->done) continue;
         const float *logits = kiln_ctx_logits(e->ctx, r->batch_at[i]);
         int32_t token = 0;
-        kiln_status st = logits ? ks__choice_step(c, &e->scratch, logits, emit_event, r, &token) : KILN_E_INTERNAL;
+        kiln_status st =
+            logits ? ks__choice_step(c, &e->scratch, logits, emit_event, r, &token) : KILN_E_INTERNAL;
         if (st != KILN_OK) {
             snprintf(r->error, sizeof r->error, "choice %d: %s", i, kiln_last_error());
             return false;
@@ -346,8 +354,10 @@ static bool sample_request(ks_engine *e, ks_req *r, double now) {
         r->next_token[i] = token;
         r->completion_tokens++;
         e->delta.generated_tokens++;
-        if (!r->first_token_seen) ks__hist_observe(&e->delta.ttft, now - r->t_submit);
-        else if (r->t_last[i] > 0) ks__hist_observe(&e->delta.inter_token, now - r->t_last[i]);
+        if (!r->first_token_seen)
+            ks__hist_observe(&e->delta.ttft, now - r->t_submit);
+        else if (r->t_last[i] > 0)
+            ks__hist_observe(&e->delta.inter_token, now - r->t_last[i]);
         r->first_token_seen = true;
         r->t_last[i] = now;
         if (c->done) finish_choice(e, r, i);
@@ -370,7 +380,8 @@ static void complete_request(ks_engine *e, ks_req *r) {
 static void fail_all(ks_engine *e, kiln_status st) {
     while (e->n_active > 0) {
         ks_req *r = e->active[0];
-        snprintf(r->error, sizeof r->error, "decoding failed (%s): %s", kiln_status_name(st), kiln_last_error());
+        snprintf(r->error, sizeof r->error, "decoding failed (%s): %s", kiln_status_name(st),
+                 kiln_last_error());
         abort_request(e, r);
         deactivate(e, 0);
         end_request(e, r);

@@ -65,7 +65,8 @@ static size_t partial_stop(const ks_stop *s, const char *buf, size_t len) {
     return hold;
 }
 
-kiln_status ks__stop_push(ks_stop *s, const char *text, size_t len, bool final, kiln_str *emit, bool *matched) {
+kiln_status ks__stop_push(ks_stop *s, const char *text, size_t len, bool final, kiln_str *emit,
+                          bool *matched) {
     emit->data = "";
     emit->len = 0;
     *matched = s->matched;

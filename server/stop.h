@@ -21,7 +21,7 @@ typedef struct ks_stop {
     char **stops; /* [n] copies, NUL-terminated */
     size_t *lens; /* [n] */
     int32_t n;
-    char *buf;       /* held text at buf[held_at .. held_at + held) */
+    char *buf; /* held text at buf[held_at .. held_at + held) */
     size_t cap;
     size_t held_at, held;
     bool matched;
@@ -35,6 +35,7 @@ void ks__stop_free(ks_stop *s);
  * safe to emit now (valid until the next call on s; it may point into `text`). *matched is set when a stop
  * string appeared: *emit then ends right before it and the stream is over (later calls return nothing).
  * Fails only with KILN_E_NOMEM. */
-kiln_status ks__stop_push(ks_stop *s, const char *text, size_t len, bool final, kiln_str *emit, bool *matched);
+kiln_status ks__stop_push(ks_stop *s, const char *text, size_t len, bool final, kiln_str *emit,
+                          bool *matched);
 
 #endif

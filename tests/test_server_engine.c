@@ -55,7 +55,7 @@ typedef struct collector {
     int events_after_cancel;
     int cancel_self_after; /* > 0: the callback cancels its own request after this many TEXT events */
     ks_handle handle;
-    int top_k;          /* the request's logprobs, when > 0 */
+    int top_k; /* the request's logprobs, when > 0 */
     bool unsorted_top;
 } collector;
 
@@ -103,7 +103,8 @@ static void on_event(void *user, const ks_event *ev) {
             int32_t at = c->n_tokens[ev->choice] + i;
             for (int32_t j = 0; j + 1 < c->top_k; j++)
                 if (ev->top[i][j].logprob < ev->top[i][j + 1].logprob) c->unsorted_top = true;
-            if (at < MAX_TOK) memcpy(c->top[ev->choice][at], ev->top[i], sizeof(ks_top_logprob) * (size_t)c->top_k);
+            if (at < MAX_TOK)
+                memcpy(c->top[ev->choice][at], ev->top[i], sizeof(ks_top_logprob) * (size_t)c->top_k);
         }
         record_text(c, ev, &m);
         cancel_self = c->cancel_self_after > 0 && c->text_events[ev->choice] == c->cancel_self_after;
@@ -253,8 +254,14 @@ static ks_request greedy_request(const int32_t *prompt, int32_t n_prompt, int32_
 }
 
 static const char *const PROMPTS[8] = {
-    "Once upon a time",     "The little dog",  "Lily wanted to play", "Tom had a big red ball",
-    "One day, a cat",       "The sun was hot", "Mom said",            "There was a bird in the tree",
+    "Once upon a time",
+    "The little dog",
+    "Lily wanted to play",
+    "Tom had a big red ball",
+    "One day, a cat",
+    "The sun was hot",
+    "Mom said",
+    "There was a bird in the tree",
 };
 
 /* ---- the specification ---- */
@@ -333,8 +340,9 @@ static void a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token
             bool got = false;
             for (int k = 0; k < s[i]->text_events[0] && k < MAX_TOK; k++)
                 got = got || s[i]->step_of_event[0][k] == step;
-            if (!got) harness_fail(__FILE__, __LINE__, "stream %d got no token in step %llu", i,
-                                   (unsigned long long)step);
+            if (!got)
+                harness_fail(__FILE__, __LINE__, "stream %d got no token in step %llu", i,
+                             (unsigned long long)step);
         }
         CHECK_EQ_INT(s[i]->n_tokens[0], 100);
     }
@@ -644,12 +652,12 @@ static void every_invalid_field_is_refused_by_name(void) {
     } cases[16];
     int n = 0;
     ks_request base = greedy_request(prompt, 4, 8);
-#define CASE(name, stmt)                                                                               \
-    do {                                                                                               \
-        ks_request r_ = base;                                                                          \
-        stmt;                                                                                          \
-        cases[n].field = (name);                                                                       \
-        cases[n++].r = r_;                                                                             \
+#define CASE(name, stmt)                                                                                     \
+    do {                                                                                                     \
+        ks_request r_ = base;                                                                                \
+        stmt;                                                                                                \
+        cases[n].field = (name);                                                                             \
+        cases[n++].r = r_;                                                                                   \
     } while (0)
     CASE("prompt is empty", r_.n_prompt = 0);
     CASE("prompt[1] = 5000", (r_.prompt = bad, r_.n_prompt = 2));

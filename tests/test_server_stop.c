@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* Feed pieces one by one; returns the emitted text (static buffer) and sets *matched. */
-static const char *run(const char *const *stops, int32_t n_stops, const char *const *pieces, int n, bool *matched) {
+static const char *run(const char *const *stops, int32_t n_stops, const char *const *pieces, int n,
+                       bool *matched) {
     static char out[256];
     size_t len = 0;
     ks_stop s;
@@ -40,7 +41,7 @@ static void held_text_waits_for_the_next_piece_and_a_false_start_is_released(voi
     CHECK_OK(ks__stop_push(&s, "the E", 5, false, &emit, &m));
     CHECK_EQ_INT(emit.len, 4); /* "the " out, "E" held */
     CHECK_OK(ks__stop_push(&s, "N", 1, false, &emit, &m));
-    CHECK_EQ_INT(emit.len, 0); /* "EN" held */
+    CHECK_EQ_INT(emit.len, 0);                             /* "EN" held */
     CHECK_OK(ks__stop_push(&s, "x", 1, false, &emit, &m)); /* "ENx" can no longer become "END" */
     CHECK(!m);
     CHECK_EQ_INT(emit.len, 3);
