@@ -136,7 +136,9 @@ kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn
  * callback to return. Unknown and finished handles are ignored. */
 void ks_engine_cancel(ks_engine *e, ks_handle h);
 
-/* Counters and gauges for /metrics. Histograms: cumulative bucket counts over ks_metric_buckets. */
+/* Counters and gauges for /metrics. Histograms: cumulative bucket counts over ks_metric_buckets. A
+ * request is counted (requests_*, end_to_end) and the gauges are brought up to date before its last event
+ * (DONE or ERROR) is sent, so a reader woken by that event sees it. */
 #define KS_HIST_BUCKETS 12
 extern const double ks_metric_buckets[KS_HIST_BUCKETS]; /* seconds: 0.005 .. 60 */
 typedef struct ks_histogram {
