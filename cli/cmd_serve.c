@@ -83,7 +83,7 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
         ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 16, &v) && ((p->engine.n_batch = (int32_t)v), 1);
     else if (!strcmp(a, "--max-queue"))
-        ok = cli_arg_int("serve", argc, argv, i, 0, 1 << 20, &v) && ((p->engine.max_queue = (int32_t)v), 1);
+        ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 20, &v) && ((p->engine.max_queue = (int32_t)v), 1);
     else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens"))
         ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 22, &v) && ((p->engine.max_tokens_cap = (int32_t)v), 1);
     else if (!strcmp(a, "--timeout"))

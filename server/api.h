@@ -55,6 +55,7 @@ typedef struct ks_api_model {
     const char *id;                    /* the model file's basename, as /v1/models lists it */
     const kiln_vocab *vocab;
     const kiln_chat_template *tmpl;    /* the model's template, or "plain" */
+    int32_t eot_token;                 /* the template's end-of-turn token, or -1 (ks_request.eot_token) */
     int32_t n_ctx;                     /* the engine's KV cells */
     int32_t n_ctx_train;
     int32_t max_tokens_cap;            /* largest max_tokens a request may ask for */

@@ -6,7 +6,9 @@
  * refused with a 400 that names them rather than silently dropped.
  *
  * The prompt is tokenized here (chat messages through api_chat.c), so the engine receives token ids and
- * the request's length is checked against the context before it is queued.
+ * the request's length is checked against the context (by the engine's rule) before it is queued. Every
+ * request also stops at the chat template's end-of-turn token (ks_api_model.eot_token), as llama-server
+ * stops at every end-of-generation token, unless it sets ignore_eos.
  */
 #include "api.h"
 
@@ -176,8 +178,6 @@ static bool parse_sampling(const json_t *root, ks_api_request *r, ks_api_error *
     ks_request *q = &r->req;
     long long n = 1, top_k = 0, seed = 0;
     bool seed_given = false;
-    q->temperature = 1.0f;
-    q->top_p = 1.0f;
     if (!get_float(root, "temperature", 0, 2, &q->temperature, err)) return false;
     if (!get_float(root, "top_p", 0, 1, &q->top_p, err)) return false;
     if (!get_float(root, "min_p", 0, 1, &q->min_p, err)) return false;
@@ -199,6 +199,12 @@ static bool parse_sampling(const json_t *root, ks_api_request *r, ks_api_error *
     return true;
 }
 
+/* The engine's cell rule: a request needs n_prompt + n * (max_tokens - 1) cells (the prompt is shared by
+ * the choices, and a choice's last token is never decoded), at most the context. */
+static int64_t cells_needed(const ks_request *q, int64_t max_tokens) {
+    return (int64_t)q->n_prompt + (int64_t)q->n * (max_tokens - 1);
+}
+
 /* max_tokens (or chat's max_completion_tokens, which wins when both are given). Without either, chat
  * takes the server's default and completions OpenAI's 16, each cut to what fits beside the prompt. */
 static bool parse_max_tokens(const json_t *root, ks_api_request *r, const ks_api_model *m, ks_api_error *err) {
@@ -210,23 +216,25 @@ static bool parse_max_tokens(const json_t *root, ks_api_request *r, const ks_api
         return false;
     const char *param = given_c ? "max_completion_tokens" : "max_tokens";
     if (given_c) mt = mct;
-    int32_t room = m->n_ctx - r->req.n_prompt;
-    if (room < 1)
-        return ks_api_fail(err, 400, "invalid_request_error", "context_length_exceeded", "messages",
+    if (r->req.n_prompt >= m->n_ctx)
+        return ks_api_fail(err, 400, "invalid_request_error", "context_length_exceeded",
+                           r->kind == KS_API_CHAT ? "messages" : "prompt",
                            "This model's maximum context length is %d tokens. However, your prompt has %d "
                            "tokens, which leaves no room for a completion.",
                            m->n_ctx, r->req.n_prompt);
+    int64_t fits = (m->n_ctx - r->req.n_prompt) / r->req.n + 1; /* the largest max_tokens that fits */
     if (!given && !given_c) {
         mt = r->kind == KS_API_CHAT ? m->default_max_tokens : 16;
-        if (mt > room) mt = room;
+        if (mt > fits) mt = fits;
         if (mt > m->max_tokens_cap) mt = m->max_tokens_cap;
         if (mt < 1) mt = 1;
-    } else if (mt > room) {
+    } else if (cells_needed(&r->req, mt) > m->n_ctx) {
         return ks_api_fail(err, 400, "invalid_request_error", "context_length_exceeded", param,
                            "This model's maximum context length is %d tokens. However, you requested %lld "
-                           "tokens (%d in the prompt, %lld in the completion). Please reduce the length "
+                           "tokens (%d in the prompt, %lld in the completion%s). Please reduce the length "
                            "of the prompt or the completion.",
-                           m->n_ctx, r->req.n_prompt + mt, r->req.n_prompt, mt);
+                           m->n_ctx, (long long)cells_needed(&r->req, mt), r->req.n_prompt, mt,
+                           r->req.n > 1 ? ", for each choice" : "");
     }
     r->req.max_tokens = (int32_t)mt;
     return true;
@@ -283,7 +291,8 @@ bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_m
                   ks_api_request *out, ks_api_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    out->req.logprobs = -1;
+    out->req = ks_request_default();
+    out->req.eot_token = model->eot_token;
     json_t *root;
     if (!ks_api_parse_json(body, len, &root, err)) return false;
     bool ok = parse_root(root, kind, model, out, err);
@@ -302,5 +311,5 @@ void ks_api_request_free(ks_api_request *r) {
     free(r->prompt);
     for (int i = 0; i < KS_API_MAX_STOP; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
-    r->req.logprobs = -1;
+    r->req = ks_request_default();
 }

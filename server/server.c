@@ -54,6 +54,8 @@ static void describe_model(ks_http *h, kiln_model *model, const ks_engine_params
     m->id = slash ? slash + 1 : path;
     m->vocab = kiln_model_vocab(model);
     m->tmpl = choose_template(model);
+    const char *eot = kiln_chat_template_end_of_turn(m->tmpl);
+    m->eot_token = eot ? kiln_vocab_find_token(m->vocab, eot, strlen(eot)) : -1;
     m->n_ctx_train = kiln_model_n_ctx_train(model);
     m->n_ctx = ep->n_ctx;
     if (m->n_ctx_train > 0 && m->n_ctx > m->n_ctx_train) m->n_ctx = m->n_ctx_train;

@@ -21,6 +21,7 @@ static void setup(void) {
     model.id = "stories260K.gguf";
     model.vocab = vocab;
     model.tmpl = kiln_chat_template_by_name("plain");
+    model.eot_token = -1;
     model.n_ctx = 256;
     model.n_ctx_train = 512;
     model.max_tokens_cap = 200;
@@ -45,6 +46,11 @@ static void a_minimal_chat_request_takes_openai_defaults(void) {
     CHECK(r.req.n_prompt > 1);
     CHECK_EQ_INT(r.req.prompt[0], kiln_vocab_bos(vocab)); /* the vocabulary asks for BOS */
     CHECK_EQ_INT(r.req.max_tokens, 200);                  /* the server's default, within the context */
+    CHECK_EQ_INT(r.req.eot_token, -1);
+    ks_api_request_free(&r);
+    CHECK(parse(KS_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":4}", &r, &err));
+    CHECK(r.req.n_prompt + 4 * (r.req.max_tokens - 1) <= model.n_ctx); /* the default shrinks to fit */
+    CHECK(r.req.n_prompt + 4 * r.req.max_tokens > model.n_ctx);
     ks_api_request_free(&r);
 }
 
@@ -168,6 +174,8 @@ static const bad_case bad_cases[] = {
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", "between 0 and 5"},
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs", "integer"},
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":200,\"n\":1}", 200, "", ""},
+    {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":200,\"n\":2}", 400, "max_tokens", "for each choice"},
+    {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":120,\"n\":2}", 200, "", ""},
 };
 
 static void malformed_requests_are_refused_naming_the_field(void) {
