@@ -218,7 +218,7 @@ static bool out_event(char **out, size_t *len, const char *s) {
 /* Append `data: <json>\n\n` and take the reference to j. */
 static bool emit(json_t *j, char **out, size_t *len) {
     if (!j) return false;
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
     bool ok = s && out_event(out, len, s);
     free(s);
@@ -348,7 +348,7 @@ char *ks_api_result_json(const ks_api_result *res) {
         json_decref(j);
         return NULL;
     }
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
     return s;
 }
