@@ -75,9 +75,11 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--api-key")) return cli_arg_str("serve", argc, argv, i, &p->api_key);
     if (!strcmp(a, "--api-key-file")) return cli_arg_str("serve", argc, argv, i, &o->key_file);
     if (!strcmp(a, "--verbose")) return (p->verbose = true);
-    if (!strcmp(a, "--port")) ok = cli_arg_int("serve", argc, argv, i, 0, 65535, &v) && ((p->port = (int)v), 1);
+    if (!strcmp(a, "--port"))
+        ok = cli_arg_int("serve", argc, argv, i, 0, 65535, &v) && ((p->port = (int)v), 1);
     else if (!strcmp(a, "-np") || !strcmp(a, "--parallel"))
-        ok = cli_arg_int("serve", argc, argv, i, 1, KILN_SEQ_MAX, &v) && ((p->engine.n_parallel = (int32_t)v), 1);
+        ok = cli_arg_int("serve", argc, argv, i, 1, KILN_SEQ_MAX, &v) &&
+             ((p->engine.n_parallel = (int32_t)v), 1);
     else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
         ok = cli_arg_int("serve", argc, argv, i, 16, 1 << 22, &v) && ((p->engine.n_ctx = (int32_t)v), 1);
     else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
@@ -85,7 +87,8 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--max-queue"))
         ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 20, &v) && ((p->engine.max_queue = (int32_t)v), 1);
     else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens"))
-        ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 22, &v) && ((p->engine.max_tokens_cap = (int32_t)v), 1);
+        ok = cli_arg_int("serve", argc, argv, i, 1, 1 << 22, &v) &&
+             ((p->engine.max_tokens_cap = (int32_t)v), 1);
     else if (!strcmp(a, "--timeout"))
         ok = cli_arg_int("serve", argc, argv, i, 1, 86400, &v) && ((p->timeout_s = (int32_t)v), 1);
     else if (!strcmp(a, "--max-body"))
@@ -109,7 +112,8 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!parse_option(&o, argc, argv, &i)) return CLI_USAGE;
     }
-    if (o.p.api_key && o.key_file) return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+    if (o.p.api_key && o.key_file)
+        return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
     if (o.key_file) {
         if (!(key = read_key_file(o.key_file))) return CLI_USAGE;
         o.p.api_key = key;

@@ -27,10 +27,10 @@
 #define KS_API_MAX_LOGPROBS_COMPLETION 5
 
 typedef struct ks_api_error {
-    int status;        /* HTTP status: 400, 401, 404, 405, 413, 429, 500, 503 */
-    const char *type;  /* "invalid_request_error", "authentication_error", "server_error", ... */
-    const char *code;  /* OpenAI's code string, or NULL for JSON null */
-    char param[64];    /* the offending field, or "" for JSON null */
+    int status;       /* HTTP status: 400, 401, 404, 405, 413, 429, 500, 503 */
+    const char *type; /* "invalid_request_error", "authentication_error", "server_error", ... */
+    const char *code; /* OpenAI's code string, or NULL for JSON null */
+    char param[64];   /* the offending field, or "" for JSON null */
     char message[512];
 } ks_api_error;
 
@@ -52,15 +52,15 @@ char *ks_api_error_json(const ks_api_error *err);
 
 /* What the API layer needs to know of the loaded model. All borrowed; valid while the server runs. */
 typedef struct ks_api_model {
-    const char *id;                    /* the model file's basename, as /v1/models lists it */
+    const char *id; /* the model file's basename, as /v1/models lists it */
     const kiln_vocab *vocab;
-    const kiln_chat_template *tmpl;    /* the model's template, or "plain" */
-    int32_t eot_token;                 /* the template's end-of-turn token, or -1 (ks_request.eot_token) */
-    int32_t n_ctx;                     /* the engine's KV cells */
+    const kiln_chat_template *tmpl; /* the model's template, or "plain" */
+    int32_t eot_token;              /* the template's end-of-turn token, or -1 (ks_request.eot_token) */
+    int32_t n_ctx;                  /* the engine's KV cells */
     int32_t n_ctx_train;
-    int32_t max_tokens_cap;            /* largest max_tokens a request may ask for */
-    int32_t default_max_tokens;        /* chat completions without max_tokens */
-    int64_t created;                   /* unix time the server started (/v1/models "created") */
+    int32_t max_tokens_cap;     /* largest max_tokens a request may ask for */
+    int32_t default_max_tokens; /* chat completions without max_tokens */
+    int64_t created;            /* unix time the server started (/v1/models "created") */
 } ks_api_model;
 
 typedef enum ks_api_kind { KS_API_CHAT = 0, KS_API_COMPLETION = 1 } ks_api_kind;

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool oom(ks_api_error *err) { return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory"); }
+static bool oom(ks_api_error *err) {
+    return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+}
 
 bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int32_t *n_ids, ks_api_error *err) {
@@ -40,7 +42,8 @@ bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t le
 }
 
 /* The text of one message's content, malloc'd: a string, or the text parts of an array joined. */
-static bool message_content(const json_t *content, size_t index, bool assistant, char **out, ks_api_error *err) {
+static bool message_content(const json_t *content, size_t index, bool assistant, char **out,
+                            ks_api_error *err) {
     char param[64];
     snprintf(param, sizeof param, "messages[%zu].content", index);
     *out = NULL;
@@ -48,19 +51,22 @@ static bool message_content(const json_t *content, size_t index, bool assistant,
         if (!assistant) return ks_api_bad(err, param, "messages[%zu] has no 'content'", index);
         return (*out = strdup("")) != NULL || oom(err);
     }
-    if (json_is_string(content))
-        return (*out = strdup(json_string_value(content))) != NULL || oom(err);
+    if (json_is_string(content)) return (*out = strdup(json_string_value(content))) != NULL || oom(err);
     if (!json_is_array(content))
-        return ks_api_bad(err, param, "messages[%zu].content must be a string or an array of text parts", index);
+        return ks_api_bad(err, param, "messages[%zu].content must be a string or an array of text parts",
+                          index);
     size_t total = 0, n = json_array_size(content);
     for (size_t i = 0; i < n; i++) {
         json_t *part = json_array_get(content, i), *type = json_object_get(part, "type");
         json_t *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type))
-            return ks_api_bad(err, param, "messages[%zu].content[%zu] must be an object with a 'type'", index, i);
+            return ks_api_bad(err, param, "messages[%zu].content[%zu] must be an object with a 'type'", index,
+                              i);
         if (strcmp(json_string_value(type), "text") != 0)
-            return ks_api_bad(err, param, "messages[%zu].content[%zu] has type '%.32s'; only 'text' parts are "
-                              "supported", index, i, json_string_value(type));
+            return ks_api_bad(err, param,
+                              "messages[%zu].content[%zu] has type '%.32s'; only 'text' parts are "
+                              "supported",
+                              index, i, json_string_value(type));
         if (!json_is_string(text))
             return ks_api_bad(err, param, "messages[%zu].content[%zu].text must be a string", index, i);
         total += json_string_length(text);
@@ -90,12 +96,13 @@ static bool read_message(const json_t *m, size_t i, kiln_chat_message *out, ks_a
     snprintf(param, sizeof param, "messages[%zu]", i);
     if (!json_is_object(m)) return ks_api_bad(err, param, "messages[%zu] must be an object", i);
     json_t *role = json_object_get(m, "role");
-    if (!json_is_string(role))
-        return ks_api_bad(err, param, "messages[%zu] must have a string 'role'", i);
+    if (!json_is_string(role)) return ks_api_bad(err, param, "messages[%zu] must have a string 'role'", i);
     out->role = kiln_role(json_string_value(role));
     if (!out->role)
-        return ks_api_bad(err, param, "messages[%zu] has role '%.40s'; this server supports system, developer, "
-                          "user and assistant", i, json_string_value(role));
+        return ks_api_bad(err, param,
+                          "messages[%zu] has role '%.40s'; this server supports system, developer, "
+                          "user and assistant",
+                          i, json_string_value(role));
     json_t *tc = json_object_get(m, "tool_calls");
     if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0))
         return ks_api_bad(err, param, "messages[%zu] has tool_calls; function calling is not supported", i);
@@ -106,8 +113,8 @@ static bool read_message(const json_t *m, size_t i, kiln_chat_message *out, ks_a
     return true;
 }
 
-static bool render(const kiln_chat_message *msgs, size_t n, const ks_api_model *model, char **text, size_t *len,
-                   ks_api_error *err) {
+static bool render(const kiln_chat_message *msgs, size_t n, const ks_api_model *model, char **text,
+                   size_t *len, ks_api_error *err) {
     size_t need = 0;
     kiln_status st = kiln_chat_render(model->tmpl, msgs, n, true, NULL, 0, &need);
     if (st != KILN_OK && st != KILN_E_RANGE) return ks_api_bad(err, "messages", "%s", kiln_last_error());
@@ -137,7 +144,8 @@ bool ks_api_chat_prompt(const json_t *messages, const ks_api_model *model, int32
     if (!msgs) return oom(err);
     bool ok = true;
     size_t got = 0;
-    for (; ok && got < n; got++) ok = read_message(json_array_get(messages, got), got, &msgs[got], err);
+    for (; ok && got < n; got++)
+        ok = read_message(json_array_get(messages, got), got, &msgs[got], err);
     if (!ok) got--; /* the failed message holds nothing */
     char *text = NULL;
     size_t len = 0;
@@ -150,7 +158,8 @@ bool ks_api_chat_prompt(const json_t *messages, const ks_api_model *model, int32
         *n_ids = 0;
     }
     free(text);
-    for (size_t i = 0; i < got; i++) free((char *)msgs[i].content);
+    for (size_t i = 0; i < got; i++)
+        free((char *)msgs[i].content);
     free(msgs);
     return ok;
 }

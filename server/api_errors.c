@@ -61,10 +61,14 @@ static size_t utf8_char(const unsigned char *p, size_t avail) {
     size_t need;
     if (c == 0) return 0;
     if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000;
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        need = 2, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        need = 3, min = 0x10000;
+    else
+        return 0;
     if (avail <= need) return 0;
     cp = c & (0x3Fu >> need);
     for (size_t k = 1; k <= need; k++) {

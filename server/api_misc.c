@@ -18,9 +18,10 @@ static char *dump(json_t *j, ks_api_error *err) {
 }
 
 char *ks_api_models_json(const ks_api_model *m) {
-    json_t *j = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:i, s:i}]}", "object", "list", "data", "id", m->id,
-                          "object", "model", "created", (json_int_t)m->created, "owned_by", "kiln",
-                          "context_length", m->n_ctx, "max_model_len", m->n_ctx, "n_ctx_train", m->n_ctx_train);
+    json_t *j =
+        json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:i, s:i}]}", "object", "list", "data", "id", m->id,
+                  "object", "model", "created", (json_int_t)m->created, "owned_by", "kiln", "context_length",
+                  m->n_ctx, "max_model_len", m->n_ctx, "n_ctx_train", m->n_ctx_train);
     return dump(j, NULL);
 }
 
@@ -35,8 +36,8 @@ char *ks_api_tokenize_json(const char *body, size_t len, const ks_api_model *mod
         ks_api_bad(err, "add_special", "'add_special' must be a boolean");
     } else {
         int32_t *ids, n;
-        if (ks_api_tokenize_text(model, json_string_value(content), json_string_length(content), json_is_true(add),
-                                 true, &ids, &n, err)) {
+        if (ks_api_tokenize_text(model, json_string_value(content), json_string_length(content),
+                                 json_is_true(add), true, &ids, &n, err)) {
             json_t *a = json_array();
             for (int32_t i = 0; a && i < n; i++)
                 if (json_array_append_new(a, json_integer(ids[i]))) a = (json_decref(a), NULL);
@@ -68,8 +69,10 @@ static char *detokenize(const json_t *tokens, const ks_api_model *model, ks_api_
     kiln_status st = text ? kiln_detokenize(model->vocab, ids, n, true, text, need + 1, &need) : KILN_E_NOMEM;
     free(ids);
     char *out = NULL;
-    if (st == KILN_OK) out = dump(json_pack("{s:o}", "content", ks_api_json_lossy(text, need)), err);
-    else ks_api_fail(err, 500, "server_error", NULL, NULL, "detokenizing failed: %s", kiln_last_error());
+    if (st == KILN_OK)
+        out = dump(json_pack("{s:o}", "content", ks_api_json_lossy(text, need)), err);
+    else
+        ks_api_fail(err, 500, "server_error", NULL, NULL, "detokenizing failed: %s", kiln_last_error());
     free(text);
     return out;
 }
@@ -79,8 +82,10 @@ char *ks_api_detokenize_json(const char *body, size_t len, const ks_api_model *m
     if (!ks_api_parse_json(body, len, &root, err)) return NULL;
     json_t *tokens = json_object_get(root, "tokens");
     char *out = NULL;
-    if (!json_is_array(tokens)) ks_api_bad(err, "tokens", "'tokens' is required and must be an array of token ids");
-    else out = detokenize(tokens, model, err);
+    if (!json_is_array(tokens))
+        ks_api_bad(err, "tokens", "'tokens' is required and must be an array of token ids");
+    else
+        out = detokenize(tokens, model, err);
     json_decref(root);
     return out;
 }

@@ -50,11 +50,13 @@ static bool get_int(const json_t *root, const char *name, long long lo, long lon
     if (given) *given = v != NULL;
     if (!v) return true;
     long long x;
-    if (json_is_integer(v)) x = json_integer_value(v);
+    if (json_is_integer(v))
+        x = json_integer_value(v);
     else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
              fabs(json_real_value(v)) < 9e15)
         x = (long long)json_real_value(v);
-    else return ks_api_bad(err, name, "'%s' must be an integer", name);
+    else
+        return ks_api_bad(err, name, "'%s' must be an integer", name);
     if (x < lo || x > hi)
         return ks_api_bad(err, name, "'%s' is %lld; it must be between %lld and %lld", name, x, lo, hi);
     *out = x;
@@ -129,8 +131,10 @@ static bool refuse_unsupported(const json_t *root, ks_api_kind kind, ks_api_erro
         if (!json_is_string(t))
             return ks_api_bad(err, "response_format", "'response_format' must be an object with a 'type'");
         if (strcmp(json_string_value(t), "text") != 0)
-            return ks_api_bad(err, "response_format", "response_format type '%.40s' is not supported; only "
-                              "'text' is", json_string_value(t));
+            return ks_api_bad(err, "response_format",
+                              "response_format type '%.40s' is not supported; only "
+                              "'text' is",
+                              json_string_value(t));
     }
     if ((v = field(root, "model")) && !json_is_string(v))
         return ks_api_bad(err, "model", "'model' must be a string");
@@ -169,7 +173,8 @@ static uint64_t fresh_seed(void) {
     static _Atomic uint64_t counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
     x ^= x >> 31;
     return x * 0xBF58476D1CE4E5B9ull;
 }
@@ -207,7 +212,8 @@ static int64_t cells_needed(const ks_request *q, int64_t max_tokens) {
 
 /* max_tokens (or chat's max_completion_tokens, which wins when both are given). Without either, chat
  * takes the server's default and completions OpenAI's 16, each cut to what fits beside the prompt. */
-static bool parse_max_tokens(const json_t *root, ks_api_request *r, const ks_api_model *m, ks_api_error *err) {
+static bool parse_max_tokens(const json_t *root, ks_api_request *r, const ks_api_model *m,
+                             ks_api_error *err) {
     long long mt = 0, mct = 0;
     bool given = false, given_c = false;
     if (!get_int(root, "max_tokens", 1, m->max_tokens_cap, &mt, &given, err)) return false;
@@ -241,7 +247,8 @@ static bool parse_max_tokens(const json_t *root, ks_api_request *r, const ks_api
 }
 
 /* /v1/completions "prompt": a string, a list holding one string, or a list of token ids. */
-static bool completion_prompt(const json_t *root, const ks_api_model *m, ks_api_request *r, ks_api_error *err) {
+static bool completion_prompt(const json_t *root, const ks_api_model *m, ks_api_request *r,
+                              ks_api_error *err) {
     json_t *p = field(root, "prompt");
     if (!p) return ks_api_bad(err, "prompt", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
@@ -254,7 +261,8 @@ static bool completion_prompt(const json_t *root, const ks_api_model *m, ks_api_
     size_t n = json_array_size(p);
     if (n == 0) return ks_api_bad(err, "prompt", "'prompt' is empty");
     if (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))
-        return ks_api_bad(err, "prompt", "a list of several prompts is not supported; send one prompt per "
+        return ks_api_bad(err, "prompt",
+                          "a list of several prompts is not supported; send one prompt per "
                           "request");
     if (n > (size_t)m->n_ctx)
         return ks_api_bad(err, "prompt", "'prompt' has %zu tokens; the context holds %d", n, m->n_ctx);
@@ -274,8 +282,8 @@ static bool completion_prompt(const json_t *root, const ks_api_model *m, ks_api_
 
 static bool parse_root(const json_t *root, ks_api_kind kind, const ks_api_model *m, ks_api_request *r,
                        ks_api_error *err) {
-    if (!refuse_unsupported(root, kind, err) || !parse_stream(root, r, err) || !parse_logprobs(root, r, err) ||
-        !parse_sampling(root, r, err) || !parse_stop(root, r, err))
+    if (!refuse_unsupported(root, kind, err) || !parse_stream(root, r, err) ||
+        !parse_logprobs(root, r, err) || !parse_sampling(root, r, err) || !parse_stop(root, r, err))
         return false;
     if (kind == KS_API_CHAT) {
         json_t *msgs = json_object_get(root, "messages");
@@ -309,7 +317,8 @@ bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_m
 void ks_api_request_free(ks_api_request *r) {
     if (!r) return;
     free(r->prompt);
-    for (int i = 0; i < KS_API_MAX_STOP; i++) free(r->stop[i]);
+    for (int i = 0; i < KS_API_MAX_STOP; i++)
+        free(r->stop[i]);
     memset(r, 0, sizeof *r);
     r->req = ks_request_default();
 }

@@ -86,7 +86,8 @@ void ks_api_result_destroy(ks_api_result *res) {
 static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1) c *= 2;
+        while (c < *len + n + 1)
+            c *= 2;
         char *b = realloc(*buf, c);
         if (!b) return false;
         *buf = b;
@@ -98,7 +99,9 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return true;
 }
 
-static json_t *finite_lp(float x) { return json_real(isfinite(x) ? x : -9999.0); }
+static json_t *finite_lp(float x) {
+    return json_real(isfinite(x) ? x : -9999.0);
+}
 
 static json_t *byte_list(const char *s, size_t len) {
     json_t *a = json_array();
@@ -157,10 +160,11 @@ static bool completion_lp_add(const ks_api_result *res, const ks_event *ev, int3
             top = (json_decref(top), NULL);
         json_decref(key);
     }
-    bool ok = top && !json_array_append_new(json_object_get(lp, "tokens"), ks_api_json_lossy(text, len)) &&
-              !json_array_append_new(json_object_get(lp, "token_logprobs"), finite_lp(ev->token_logprobs[t])) &&
-              !json_array_append_new(json_object_get(lp, "top_logprobs"), top) &&
-              !json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)*offset));
+    bool ok =
+        top && !json_array_append_new(json_object_get(lp, "tokens"), ks_api_json_lossy(text, len)) &&
+        !json_array_append_new(json_object_get(lp, "token_logprobs"), finite_lp(ev->token_logprobs[t])) &&
+        !json_array_append_new(json_object_get(lp, "top_logprobs"), top) &&
+        !json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)*offset));
     if (!top) return false;
     *offset += len;
     return ok;
@@ -195,7 +199,8 @@ static json_t *finish_json(ks_finish f) {
 /* The fields every response and chunk starts with. */
 static json_t *envelope(const ks_api_result *res, const char *object) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", res->id, "object", object, "created",
-                     (json_int_t)res->created, "model", res->model->id, "system_fingerprint", SYSTEM_FINGERPRINT);
+                     (json_int_t)res->created, "model", res->model->id, "system_fingerprint",
+                     SYSTEM_FINGERPRINT);
 }
 
 /* Append n bytes to the stream buffer *out (*len bytes, kept NUL-terminated). */
@@ -245,14 +250,16 @@ static json_t *chunk(const ks_api_result *res, int32_t i, json_t *delta_or_text,
 static bool stream_text(ks_api_result *res, const ks_event *ev, size_t offset, char **out, size_t *len) {
     choice_acc *c = &res->choices[ev->choice];
     if (!c->started && res->kind == KS_API_CHAT) {
-        if (!emit(chunk(res, ev->choice, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL),
+        if (!emit(chunk(res, ev->choice, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL,
+                        NULL),
                   out, len))
             return false;
     }
     c->started = true;
     json_t *lp = NULL;
     if (res->logprobs && ev->n_tokens > 0) {
-        if (!(lp = new_logprobs(res->kind)) || !add_logprobs(res, ev, lp, offset)) return json_decref(lp), false;
+        if (!(lp = new_logprobs(res->kind)) || !add_logprobs(res, ev, lp, offset))
+            return json_decref(lp), false;
     }
     if (ev->len == 0 && !lp) return true;
     json_t *text = ks_api_json_lossy(ev->text ? ev->text : "", ev->len);
@@ -303,8 +310,7 @@ bool ks_api_result_event(ks_api_result *res, const ks_event *ev, char **out, siz
     if (res->finished) return true;
     bool choice_ok = ev->choice >= 0 && ev->choice < res->n;
     switch (ev->kind) {
-    case KS_EVENT_TEXT:
-        return !choice_ok || record_text(res, ev, out, len);
+    case KS_EVENT_TEXT: return !choice_ok || record_text(res, ev, out, len);
     case KS_EVENT_CHOICE_END:
         if (!choice_ok) return true;
         res->choices[ev->choice].finish = ev->finish;
@@ -324,8 +330,12 @@ bool ks_api_result_event(ks_api_result *res, const ks_event *ev, char **out, siz
     return true;
 }
 
-const char *ks_api_result_error(const ks_api_result *res) { return res->error; }
-bool ks_api_result_finished(const ks_api_result *res) { return res->finished; }
+const char *ks_api_result_error(const ks_api_result *res) {
+    return res->error;
+}
+bool ks_api_result_finished(const ks_api_result *res) {
+    return res->finished;
+}
 
 static json_t *choice_json(const ks_api_result *res, int32_t i) {
     const choice_acc *c = &res->choices[i];

@@ -18,16 +18,25 @@
 #include <sys/socket.h>
 
 typedef enum route_id {
-    R_PAGE, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_CHAT, R_COMPLETIONS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
+    R_PAGE,
+    R_HEALTH,
+    R_MODELS,
+    R_MODEL,
+    R_METRICS,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_EMBEDDINGS,
 } route_id;
 
 typedef struct route {
     const char *path;
     route_id id;
-    bool post;     /* POST, else GET (and HEAD) */
-    bool prefix;   /* path is a prefix: /v1/models/{id} */
-    bool open;     /* no API key needed */
-    bool any_state;/* served while loading and shutting down */
+    bool post;      /* POST, else GET (and HEAD) */
+    bool prefix;    /* path is a prefix: /v1/models/{id} */
+    bool open;      /* no API key needed */
+    bool any_state; /* served while loading and shutting down */
 } route;
 
 static const route routes[] = {
@@ -80,7 +89,8 @@ MHD_Result ks_http_respond_error(ks_http *h, struct MHD_Connection *conn, const 
 static bool key_matches(const char *given, const char *key) {
     size_t n = strlen(key), m = strlen(given);
     unsigned char diff = (unsigned char)(n != m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(key[i] ^ (i < m ? given[i] : 0));
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(key[i] ^ (i < m ? given[i] : 0));
     return diff == 0;
 }
 
@@ -96,7 +106,8 @@ static int find_route(const char *url, const char *method, const char **allow, k
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     for (int i = 0; i < N_ROUTES; i++) {
         const route *r = &routes[i];
-        bool match = r->prefix ? !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)] : !strcmp(url, r->path);
+        bool match = r->prefix ? !strncmp(url, r->path, strlen(r->path)) && url[strlen(r->path)]
+                               : !strcmp(url, r->path);
         if (!match) continue;
         if ((r->post && post) || (!r->post && get)) return i;
         *allow = r->post ? "POST" : "GET, HEAD";
@@ -104,7 +115,8 @@ static int find_route(const char *url, const char *method, const char **allow, k
                     "method %.16s is not allowed on %.100s; use %s", method, url, r->post ? "POST" : "GET");
         return -1;
     }
-    ks_api_fail(err, 404, "invalid_request_error", "unknown_url", NULL, "unknown URL: %.16s %.200s", method, url);
+    ks_api_fail(err, 404, "invalid_request_error", "unknown_url", NULL, "unknown URL: %.16s %.200s", method,
+                url);
     return -1;
 }
 
@@ -117,9 +129,10 @@ static bool admit(ks_http *h, http_req *r, const char *url, const char *method, 
                            "missing or incorrect API key: send it as 'Authorization: Bearer KEY'");
     int state = atomic_load(&h->state);
     if (!rt->any_state && state != KS_STATE_READY)
-        return ks_api_fail(err, 503, "server_error", state == KS_STATE_LOADING ? "model_loading" : "shutting_down",
-                           NULL, state == KS_STATE_LOADING ? "the model is still loading; retry shortly"
-                                                           : "the server is shutting down");
+        return ks_api_fail(err, 503, "server_error",
+                           state == KS_STATE_LOADING ? "model_loading" : "shutting_down", NULL,
+                           state == KS_STATE_LOADING ? "the model is still loading; retry shortly"
+                                                     : "the server is shutting down");
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
@@ -139,7 +152,8 @@ static bool take_upload(ks_http *h, http_req *r, const char *data, size_t n) {
     }
     if (r->len + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap : 4096;
-        while (cap < r->len + n + 1) cap *= 2;
+        while (cap < r->len + n + 1)
+            cap *= 2;
         char *b = realloc(r->body, cap);
         if (!b) {
             r->too_big = true;
@@ -164,7 +178,8 @@ static MHD_Result serve_health(ks_http *h, struct MHD_Connection *conn) {
     const char *body = state == KS_STATE_READY     ? "{\"status\":\"ok\"}"
                        : state == KS_STATE_LOADING ? "{\"status\":\"loading\"}"
                                                    : "{\"status\":\"shutting_down\"}";
-    return ks_http_respond(conn, state == KS_STATE_READY ? 200 : 503, "application/json", strdup(body), NULL, NULL);
+    return ks_http_respond(conn, state == KS_STATE_READY ? 200 : 503, "application/json", strdup(body), NULL,
+                           NULL);
 }
 
 static MHD_Result serve_model(ks_http *h, struct MHD_Connection *conn, const char *url) {
@@ -188,8 +203,8 @@ static MHD_Result dispatch(ks_http *h, http_req *r, const char *url) {
     ks_metrics m;
     switch (routes[r->route].id) {
     case R_PAGE:
-        return ks_http_respond(r->conn, 200, "text/html; charset=utf-8", strndup((const char *)ks_page_html,
-                               ks_page_html_len), NULL, NULL);
+        return ks_http_respond(r->conn, 200, "text/html; charset=utf-8",
+                               strndup((const char *)ks_page_html, ks_page_html_len), NULL, NULL);
     case R_HEALTH: return serve_health(h, r->conn);
     case R_MODELS: return serve_json(r->conn, h, ks_api_models_json(&h->model), NULL);
     case R_MODEL: return serve_model(h, r->conn, url);
@@ -197,7 +212,8 @@ static MHD_Result dispatch(ks_http *h, http_req *r, const char *url) {
         ks_engine_metrics(h->engine, &m);
         return ks_http_respond(r->conn, 200, "text/plain; version=0.0.4; charset=utf-8",
                                ks_metrics_text(&m, atomic_load(&h->rejected)), NULL, NULL);
-    case R_TOKENIZE: return serve_json(r->conn, h, ks_api_tokenize_json(r->body, r->len, &h->model, &err), &err);
+    case R_TOKENIZE:
+        return serve_json(r->conn, h, ks_api_tokenize_json(r->body, r->len, &h->model, &err), &err);
     case R_DETOKENIZE:
         return serve_json(r->conn, h, ks_api_detokenize_json(r->body, r->len, &h->model, &err), &err);
     case R_EMBEDDINGS:
@@ -216,8 +232,8 @@ static MHD_Result refuse(ks_http *h, http_req *r, const ks_api_error *err) {
     if (r->route >= 0 && (routes[r->route].id == R_CHAT || routes[r->route].id == R_COMPLETIONS))
         atomic_fetch_add(&h->rejected, 1);
     if (err->status == 405)
-        return ks_http_respond(r->conn, 405, "application/json", ks_api_error_json(err), MHD_HTTP_HEADER_ALLOW,
-                               r->allow);
+        return ks_http_respond(r->conn, 405, "application/json", ks_api_error_json(err),
+                               MHD_HTTP_HEADER_ALLOW, r->allow);
     return ks_http_respond_error(h, r->conn, err);
 }
 
@@ -292,8 +308,10 @@ kiln_status ks_http_start(ks_http *h) {
         return KILN_E_INVALID_ARG;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) flags |= MHD_USE_EPOLL;
-    else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) flags |= MHD_USE_POLL;
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
+        flags |= MHD_USE_EPOLL;
+    else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+        flags |= MHD_USE_POLL;
     if (v6) flags |= MHD_USE_IPv6;
     if (p->verbose) flags |= MHD_USE_ERROR_LOG;
     int32_t limit = 2 * (p->engine.n_parallel + p->engine.max_queue) + 64;

@@ -54,8 +54,8 @@ typedef struct http_req {
     const char *allow; /* the Allow header of a 405 */
     char *body;        /* (len) the upload, NUL-terminated */
     size_t len, cap;
-    bool too_big;      /* the upload passed params->max_body */
-    size_t drained;    /* bytes of an oversized upload thrown away */
+    bool too_big;   /* the upload passed params->max_body */
+    size_t drained; /* bytes of an oversized upload thrown away */
 
     /* Completion requests: shared with the engine thread under mu. */
     pthread_mutex_t mu;
@@ -65,14 +65,14 @@ typedef struct http_req {
     ks_api_result *res;
     ks_handle handle;
     bool submitted;
-    bool engine_ref;   /* the engine holds a reference (until its last event, or the cancel) */
-    bool engine_done;  /* DONE or ERROR arrived, or the request was cancelled */
-    bool suspended;    /* the connection is suspended waiting for the engine */
-    bool client_gone;  /* the socket was seen closed while suspended */
-    bool oom;          /* building an event's output failed */
-    char *out;         /* (out_len) stream bytes not yet handed to MHD, from out_sent */
+    bool engine_ref;  /* the engine holds a reference (until its last event, or the cancel) */
+    bool engine_done; /* DONE or ERROR arrived, or the request was cancelled */
+    bool suspended;   /* the connection is suspended waiting for the engine */
+    bool client_gone; /* the socket was seen closed while suspended */
+    bool oom;         /* building an event's output failed */
+    char *out;        /* (out_len) stream bytes not yet handed to MHD, from out_sent */
     size_t out_len, out_sent;
-    int fd;            /* the connection's socket, for the hang-up check */
+    int fd; /* the connection's socket, for the hang-up check */
     double last_peek;
 } http_req;
 

@@ -115,11 +115,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     return n;
 }
 
-static void stream_free(void *cls) { ks_http_req_release(cls); }
+static void stream_free(void *cls) {
+    ks_http_req_release(cls);
+}
 
 static MHD_Result start_stream(http_req *r) {
     atomic_fetch_add(&r->refs, 1); /* the response's */
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_free);
     if (!resp) {
         ks_http_req_release(r);
         return MHD_NO;
@@ -137,10 +140,14 @@ static MHD_Result respond_result(http_req *r) {
     ks_api_error err;
     r->phase = PHASE_RESPONDED;
     const char *msg = ks_api_result_error(r->res);
-    if (r->oom) ks_api_fail(&err, 500, "server_error", NULL, NULL, "out of memory while building the response");
-    else if (msg && strstr(msg, "shutting down")) ks_api_fail(&err, 503, "server_error", "shutting_down", NULL, "%s", msg);
-    else if (msg) ks_api_fail(&err, 500, "server_error", NULL, NULL, "%s", msg);
-    else return ks_http_respond(r->conn, 200, "application/json", ks_api_result_json(r->res), NULL, NULL);
+    if (r->oom)
+        ks_api_fail(&err, 500, "server_error", NULL, NULL, "out of memory while building the response");
+    else if (msg && strstr(msg, "shutting down"))
+        ks_api_fail(&err, 503, "server_error", "shutting_down", NULL, "%s", msg);
+    else if (msg)
+        ks_api_fail(&err, 500, "server_error", NULL, NULL, "%s", msg);
+    else
+        return ks_http_respond(r->conn, 200, "application/json", ks_api_result_json(r->res), NULL, NULL);
     return ks_http_respond_error(r->h, r->conn, &err);
 }
 
@@ -148,7 +155,8 @@ static void submit_error(kiln_status st, ks_api_error *err) {
     const char *msg = kiln_last_error();
     switch (st) {
     case KILN_E_RANGE:
-        ks_api_fail(err, 429, "rate_limit_error", "queue_full", NULL, "the server is busy (%s); retry later", msg);
+        ks_api_fail(err, 429, "rate_limit_error", "queue_full", NULL, "the server is busy (%s); retry later",
+                    msg);
         break;
     case KILN_E_CONTEXT_FULL:
         ks_api_fail(err, 400, "invalid_request_error", "context_length_exceeded", NULL, "%s", msg);
@@ -157,7 +165,9 @@ static void submit_error(kiln_status st, ks_api_error *err) {
     case KILN_E_UNSUPPORTED:
         ks_api_fail(err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         break;
-    default: ks_api_fail(err, 500, "server_error", NULL, NULL, "submitting the request failed: %s", msg); break;
+    default:
+        ks_api_fail(err, 500, "server_error", NULL, NULL, "submitting the request failed: %s", msg);
+        break;
     }
 }
 
@@ -171,7 +181,8 @@ static MHD_Result submit(http_req *r, ks_api_kind kind) {
     ks_http *h = r->h;
     ks_api_error err;
     if (!ks_api_parse(kind, r->body, r->len, &h->model, &r->api, &err)) return refuse(r, &err);
-    r->res = ks_api_result_create(&r->api, &h->model, atomic_fetch_add(&h->next_id, 1) + 1, (int64_t)time(NULL));
+    r->res =
+        ks_api_result_create(&r->api, &h->model, atomic_fetch_add(&h->next_id, 1) + 1, (int64_t)time(NULL));
     if (!r->res || pthread_mutex_init(&r->mu, NULL) != 0) {
         ks_api_fail(&err, 500, "server_error", NULL, NULL, "out of memory");
         return refuse(r, &err);
@@ -195,7 +206,8 @@ static MHD_Result submit(http_req *r, ks_api_kind kind) {
     pthread_mutex_lock(&r->mu);
     bool done = r->engine_done;
     if (!done) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
         r->last_peek = now_s();
         r->suspended = true;

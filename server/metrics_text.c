@@ -53,13 +53,14 @@ static void histogram(text_buf *b, const char *name, const char *help, const ks_
     put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int i = 0; i < KS_HIST_BUCKETS; i++)
         put(b, "%s_bucket{le=\"%g\"} %llu\n", name, ks_metric_buckets[i], (unsigned long long)h->count[i]);
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->total, name,
-        h->sum, name, (unsigned long long)h->total);
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->total,
+        name, h->sum, name, (unsigned long long)h->total);
 }
 
 char *ks_metrics_text(const ks_metrics *m, uint64_t rejected) {
     text_buf b = {0};
-    put(&b, "# HELP kiln_requests_total Completion requests by outcome.\n# TYPE kiln_requests_total counter\n");
+    put(&b,
+        "# HELP kiln_requests_total Completion requests by outcome.\n# TYPE kiln_requests_total counter\n");
     put(&b, "kiln_requests_total{status=\"ok\"} %llu\n", (unsigned long long)m->requests_ok);
     put(&b, "kiln_requests_total{status=\"failed\"} %llu\n", (unsigned long long)m->requests_failed);
     put(&b, "kiln_requests_total{status=\"cancelled\"} %llu\n", (unsigned long long)m->requests_cancelled);
@@ -75,7 +76,8 @@ char *ks_metrics_text(const ks_metrics *m, uint64_t rejected) {
     gauge(&b, "kiln_prefix_cache_sequences", "Finished sequences kept for the prefix cache.",
           m->prefix_cache_sequences);
     gauge(&b, "kiln_prefix_cache_cells", "KV cells held by the prefix cache.", m->prefix_cache_cells);
-    histogram(&b, "kiln_time_to_first_token_seconds", "Time from arrival to the first generated token.", &m->ttft);
+    histogram(&b, "kiln_time_to_first_token_seconds", "Time from arrival to the first generated token.",
+              &m->ttft);
     histogram(&b, "kiln_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
               &m->inter_token);
     histogram(&b, "kiln_request_duration_seconds", "Time from arrival to the last event.", &m->end_to_end);

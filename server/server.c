@@ -59,7 +59,8 @@ static void describe_model(ks_http *h, kiln_model *model, const ks_engine_params
     m->n_ctx_train = kiln_model_n_ctx_train(model);
     m->n_ctx = ep->n_ctx;
     if (m->n_ctx_train > 0 && m->n_ctx > m->n_ctx_train) m->n_ctx = m->n_ctx_train;
-    m->max_tokens_cap = ep->max_tokens_cap > 0 && ep->max_tokens_cap < m->n_ctx ? ep->max_tokens_cap : m->n_ctx;
+    m->max_tokens_cap =
+        ep->max_tokens_cap > 0 && ep->max_tokens_cap < m->n_ctx ? ep->max_tokens_cap : m->n_ctx;
     m->default_max_tokens = m->max_tokens_cap;
     m->created = (int64_t)time(NULL);
 }
@@ -100,7 +101,8 @@ static bool wait_for_signal(loader *l, const sigset_t *set) {
     for (;;) {
         int sig = sigtimedwait(set, NULL, &tick);
         if (sig == SIGTERM || sig == SIGINT) {
-            fprintf(stderr, "kiln serve: %s received, shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            fprintf(stderr, "kiln serve: %s received, shutting down\n",
+                    sig == SIGTERM ? "SIGTERM" : "SIGINT");
             return true;
         }
         if (atomic_load(&l->finished) < 0) return false;
@@ -114,7 +116,8 @@ static void shut_down(ks_http *h, pthread_t thread, const ks_server_params *p) {
     pthread_join(thread, NULL);
     if (h->engine) ks_engine_shutdown(h->engine, p->grace_ms);
     /* Let the last responses and stream events reach their clients. */
-    for (int i = 0; i < 50 && atomic_load(&h->active) > 0; i++) nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    for (int i = 0; i < 50 && atomic_load(&h->active) > 0; i++)
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
     ks_http_stop(h);
 }
 
@@ -133,8 +136,8 @@ int ks_server_run(const ks_server_params *params) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return 1;
     }
-    fprintf(stderr, "kiln serve: loading '%s' (http://%s:%u answers 503 until it is ready)\n", params->model_path,
-            params->host, h->port);
+    fprintf(stderr, "kiln serve: loading '%s' (http://%s:%u answers 503 until it is ready)\n",
+            params->model_path, params->host, h->port);
     loader l = {.h = h};
     pthread_t thread;
     if (pthread_create(&thread, NULL, load, &l) != 0) {

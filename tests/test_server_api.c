@@ -36,7 +36,8 @@ static bool parse(ks_api_kind kind, const char *body, ks_api_request *r, ks_api_
 static void a_minimal_chat_request_takes_openai_defaults(void) {
     ks_api_request r;
     ks_api_error err;
-    CHECK(parse(KS_API_CHAT, "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &r, &err));
+    CHECK(parse(KS_API_CHAT, "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &r,
+                &err));
     CHECK_NEAR(r.req.temperature, 1.0, 0);
     CHECK_NEAR(r.req.top_p, 1.0, 0);
     CHECK_EQ_INT(r.req.n, 1);
@@ -99,10 +100,14 @@ static void every_sampling_field_reaches_the_engine_request(void) {
 static void content_parts_are_joined_and_developer_is_system(void) {
     int32_t *a, *b, na, nb;
     ks_api_error err;
-    json_t *parts = json_loads("[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
-                               "[{\"type\":\"text\",\"text\":\"Hel\"},{\"type\":\"text\",\"text\":\"lo\"}]}]", 0, NULL);
-    json_t *plain = json_loads("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
-                               "\"Hello\"}]", 0, NULL);
+    json_t *parts =
+        json_loads("[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                   "[{\"type\":\"text\",\"text\":\"Hel\"},{\"type\":\"text\",\"text\":\"lo\"}]}]",
+                   0, NULL);
+    json_t *plain =
+        json_loads("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                   "\"Hello\"}]",
+                   0, NULL);
     CHECK(ks_api_chat_prompt(parts, &model, &a, &na, &err));
     CHECK(ks_api_chat_prompt(plain, &model, &b, &nb, &err));
     CHECK_EQ_INT(na, nb);
@@ -134,8 +139,9 @@ static const bad_case bad_cases[] = {
     {KS_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
      "messages[0].content", "image_url"},
     {KS_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content", "string"},
-    {KS_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"system\",\"content\":\"y\"}]}",
-     400, "messages", "first"},
+    {KS_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"system\",\"content\":\"y\"}]}", 400,
+     "messages", "first"},
     {KS_API_CHAT, "{" MSG ",\"temperature\":2.5}", 400, "temperature", "between 0 and 2"},
     {KS_API_CHAT, "{" MSG ",\"temperature\":\"1\"}", 400, "temperature", "number"},
     {KS_API_CHAT, "{" MSG ",\"top_p\":-0.1}", 400, "top_p", "between"},
@@ -152,12 +158,14 @@ static const bad_case bad_cases[] = {
     {KS_API_CHAT, "{" MSG ",\"stop\":[1]}", 400, "stop", "string"},
     {KS_API_CHAT, "{" MSG ",\"seed\":\"x\"}", 400, "seed", "integer"},
     {KS_API_CHAT, "{" MSG ",\"stream\":1}", 400, "stream", "boolean"},
-    {KS_API_CHAT, "{" MSG ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", "only allowed"},
+    {KS_API_CHAT, "{" MSG ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options",
+     "only allowed"},
     {KS_API_CHAT, "{" MSG ",\"logprobs\":1}", 400, "logprobs", "boolean"},
     {KS_API_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", "between 0 and 20"},
     {KS_API_CHAT, "{" MSG ",\"top_logprobs\":2}", 400, "top_logprobs", "requires"},
     {KS_API_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
-    {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", "json_object"},
+    {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
+     "json_object"},
     {KS_API_CHAT, "{" MSG ",\"logit_bias\":{\"5\":10}}", 400, "logit_bias", "not supported"},
     {KS_API_CHAT, "{" MSG ",\"model\":7}", 400, "model", "string"},
     {KS_API_CHAT, "{" MSG ",\"max_tokens\":200,\"x\":0}", 200, "", ""}, /* fits: 200 + a short prompt < 256 */
@@ -174,7 +182,8 @@ static const bad_case bad_cases[] = {
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", "between 0 and 5"},
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs", "integer"},
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":200,\"n\":1}", 200, "", ""},
-    {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":200,\"n\":2}", 400, "max_tokens", "for each choice"},
+    {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":200,\"n\":2}", 400, "max_tokens",
+     "for each choice"},
     {KS_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":120,\"n\":2}", 200, "", ""},
 };
 
@@ -194,10 +203,10 @@ static void malformed_requests_are_refused_naming_the_field(void) {
             ks_api_request_free(&r);
             continue;
         }
-        if (err.status != c->status || strcmp(err.param, c->param) != 0 || !strstr(err.message, c->fragment) ||
-            strcmp(err.type, "invalid_request_error") != 0)
-            harness_fail(__FILE__, __LINE__, "case %zu (%s): %d param '%s' message '%s'", i, c->body, err.status,
-                         err.param, err.message);
+        if (err.status != c->status || strcmp(err.param, c->param) != 0 ||
+            !strstr(err.message, c->fragment) || strcmp(err.type, "invalid_request_error") != 0)
+            harness_fail(__FILE__, __LINE__, "case %zu (%s): %d param '%s' message '%s'", i, c->body,
+                         err.status, err.param, err.message);
     }
 }
 
@@ -211,15 +220,17 @@ static void bytes_that_are_not_utf8_or_nest_too_deep_are_refused(void) {
     char *deep = malloc(2 * depth + 32);
     strcpy(deep, "{\"prompt\":\"x\",\"a\":");
     size_t n = strlen(deep);
-    for (size_t i = 0; i < depth; i++) deep[n++] = '[';
-    for (size_t i = 0; i < depth; i++) deep[n++] = ']';
+    for (size_t i = 0; i < depth; i++)
+        deep[n++] = '[';
+    for (size_t i = 0; i < depth; i++)
+        deep[n++] = ']';
     deep[n++] = '}';
     deep[n] = '\0';
     CHECK(!parse(KS_API_COMPLETION, deep, &r, &err));
     CHECK(strstr(err.message, "not valid JSON") != NULL);
     free(deep);
     CHECK(ks_api_utf8_valid("h\xc3\xa9llo \xf0\x9f\x94\xa5", 11));
-    CHECK(!ks_api_utf8_valid("\xed\xa0\x80", 3));  /* a surrogate */
+    CHECK(!ks_api_utf8_valid("\xed\xa0\x80", 3));     /* a surrogate */
     CHECK(!ks_api_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
     CHECK(!ks_api_utf8_valid("a\0b", 3));
     CHECK(!ks_api_utf8_valid("\xe2\x82", 2)); /* cut short */
@@ -228,9 +239,12 @@ static void bytes_that_are_not_utf8_or_nest_too_deep_are_refused(void) {
 static void a_prompt_over_the_context_is_context_length_exceeded(void) {
     ks_api_request r;
     ks_api_error err;
-    CHECK(!parse(KS_API_CHAT, "{\"max_tokens\":199,\"n\":1,\"stop\":null,\"messages\":[{\"role\":\"user\","
-                 "\"content\":\"Once upon a time there was a little girl named Lily. She liked to play outside in "
-                 "the park with her friends every day. One day she saw a big red ball.\"}]}", &r, &err));
+    CHECK(!parse(
+        KS_API_CHAT,
+        "{\"max_tokens\":199,\"n\":1,\"stop\":null,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"Once upon a time there was a little girl named Lily. She liked to play outside in "
+        "the park with her friends every day. One day she saw a big red ball.\"}]}",
+        &r, &err));
     CHECK_EQ_INT(err.status, 400);
     CHECK_STR(err.code, "context_length_exceeded");
     CHECK(strstr(err.message, "maximum context length is 256") != NULL);
@@ -261,14 +275,21 @@ static void text_event(ks_api_result *res, int32_t choice, const char *text, cha
     float lp = -0.25f;
     ks_top_logprob tops[2] = {{5, -0.25f, "ab", 2}, {9, -1.5f, "\xe2\x82", 2}};
     const ks_top_logprob *top[1] = {tops};
-    ks_event ev = {.kind = KS_EVENT_TEXT, .choice = choice, .text = text, .len = strlen(text), .n_tokens = 1,
-                   .tokens = &tok, .token_logprobs = &lp, .top = top};
+    ks_event ev = {.kind = KS_EVENT_TEXT,
+                   .choice = choice,
+                   .text = text,
+                   .len = strlen(text),
+                   .n_tokens = 1,
+                   .tokens = &tok,
+                   .token_logprobs = &lp,
+                   .top = top};
     CHECK(ks_api_result_event(res, &ev, out, len));
 }
 
 static void finish(ks_api_result *res, int32_t n, char **out, size_t *len) {
     for (int32_t i = 0; i < n; i++) {
-        ks_event end = {.kind = KS_EVENT_CHOICE_END, .choice = i, .finish = i ? KS_FINISH_LENGTH : KS_FINISH_STOP};
+        ks_event end = {
+            .kind = KS_EVENT_CHOICE_END, .choice = i, .finish = i ? KS_FINISH_LENGTH : KS_FINISH_STOP};
         CHECK(ks_api_result_event(res, &end, out, len));
     }
     ks_event done = {.kind = KS_EVENT_DONE, .prompt_tokens = 4, .completion_tokens = 3, .cached_tokens = 2};
@@ -277,7 +298,8 @@ static void finish(ks_api_result *res, int32_t n, char **out, size_t *len) {
 
 static void a_chat_response_has_choices_usage_and_logprobs(void) {
     ks_api_request r;
-    ks_api_result *res = result_for("{" MSG ",\"n\":2,\"logprobs\":true,\"top_logprobs\":2}", KS_API_CHAT, &r);
+    ks_api_result *res =
+        result_for("{" MSG ",\"n\":2,\"logprobs\":true,\"top_logprobs\":2}", KS_API_CHAT, &r);
     text_event(res, 0, "Hel", NULL, NULL);
     text_event(res, 1, "Bye", NULL, NULL);
     text_event(res, 0, "lo", NULL, NULL);
@@ -292,13 +314,16 @@ static void a_chat_response_has_choices_usage_and_logprobs(void) {
     CHECK_STR(json_string_value(json_object_get(c1, "finish_reason")), "length");
     json_t *usage = json_object_get(j, "usage");
     CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), 7);
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")), 2);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+        2);
     json_t *lp = json_array_get(json_object_get(json_object_get(c0, "logprobs"), "content"), 0);
     CHECK_STR(json_string_value(json_object_get(lp, "token")), "ab");
     CHECK_EQ_INT(json_array_size(json_object_get(lp, "bytes")), 2);
     json_t *alt = json_array_get(json_object_get(lp, "top_logprobs"), 1);
     CHECK_STR(json_string_value(json_object_get(alt, "token")), "\xef\xbf\xbd\xef\xbf\xbd"); /* lossy text */
-    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(alt, "bytes"), 0)), 0xe2); /* exact bytes */
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(alt, "bytes"), 0)),
+                 0xe2); /* exact bytes */
     json_decref(j);
     free(s);
     ks_api_result_destroy(res);
@@ -307,21 +332,25 @@ static void a_chat_response_has_choices_usage_and_logprobs(void) {
 
 static void a_chat_stream_is_openais_sequence_of_chunks(void) {
     ks_api_request r;
-    ks_api_result *res = result_for("{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
-                                    KS_API_CHAT, &r);
+    ks_api_result *res =
+        result_for("{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", KS_API_CHAT, &r);
     char *out = NULL;
     size_t len = 0;
     text_event(res, 0, "Hi", &out, &len);
     text_event(res, 0, "", &out, &len); /* nothing to say: no chunk */
     finish(res, 1, &out, &len);
     CHECK_EQ_INT(strlen(out), len);
-    const char *expect[] = {"\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", "\"delta\":{\"content\":\"Hi\"}",
-                            "\"finish_reason\":\"stop\"", "\"choices\":[],\"usage\":{", "data: [DONE]\n\n"};
+    const char *expect[] = {"\"delta\":{\"role\":\"assistant\",\"content\":\"\"}",
+                            "\"delta\":{\"content\":\"Hi\"}", "\"finish_reason\":\"stop\"",
+                            "\"choices\":[],\"usage\":{", "data: [DONE]\n\n"};
     const char *at = out;
     for (size_t i = 0; i < 5; i++) {
         const char *p = strstr(at, expect[i]);
-        if (!p) harness_fail(__FILE__, __LINE__, "stream lacks %s after offset %td:\n%s", expect[i], at - out, out);
-        else at = p;
+        if (!p)
+            harness_fail(__FILE__, __LINE__, "stream lacks %s after offset %td:\n%s", expect[i], at - out,
+                         out);
+        else
+            at = p;
     }
     CHECK(strstr(out, "\"usage\":null") != NULL);
     CHECK_EQ_INT(strncmp(out, "data: {", 7), 0);
@@ -362,7 +391,8 @@ static void completions_logprobs_have_four_arrays(void) {
     CHECK_STR(json_string_value(json_object_get(c, "text")), "abab");
     CHECK_EQ_INT(json_array_size(json_object_get(lp, "tokens")), 2);
     CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 2);
-    CHECK_NEAR(json_real_value(json_object_get(json_array_get(json_object_get(lp, "top_logprobs"), 0), "ab")), -0.25, 1e-6);
+    CHECK_NEAR(json_real_value(json_object_get(json_array_get(json_object_get(lp, "top_logprobs"), 0), "ab")),
+               -0.25, 1e-6);
     json_decref(j);
     free(s);
     ks_api_result_destroy(res);
@@ -401,12 +431,20 @@ static void metrics_are_prometheus_text(void) {
     m.ttft.total = 2;
     m.ttft.sum = 0.5;
     char *s = ks_metrics_text(&m, 4);
-    const char *names[] = {"kiln_requests_total{status=\"ok\"} 3", "kiln_requests_total{status=\"rejected\"} 4",
-                           "kiln_prompt_tokens_total 0", "kiln_generated_tokens_total 0", "kiln_queue_depth 0",
-                           "kiln_running_sequences 0", "kiln_kv_cells_used 0", "kiln_kv_cells_total 0",
-                           "kiln_prefix_cache_cells 0", "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2",
-                           "kiln_time_to_first_token_seconds_sum 0.5", "kiln_inter_token_latency_seconds_count 0",
-                           "kiln_request_duration_seconds_bucket{le=\"0.005\"} 0", "kiln_queue_time_seconds_sum 0",
+    const char *names[] = {"kiln_requests_total{status=\"ok\"} 3",
+                           "kiln_requests_total{status=\"rejected\"} 4",
+                           "kiln_prompt_tokens_total 0",
+                           "kiln_generated_tokens_total 0",
+                           "kiln_queue_depth 0",
+                           "kiln_running_sequences 0",
+                           "kiln_kv_cells_used 0",
+                           "kiln_kv_cells_total 0",
+                           "kiln_prefix_cache_cells 0",
+                           "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2",
+                           "kiln_time_to_first_token_seconds_sum 0.5",
+                           "kiln_inter_token_latency_seconds_count 0",
+                           "kiln_request_duration_seconds_bucket{le=\"0.005\"} 0",
+                           "kiln_queue_time_seconds_sum 0",
                            "# TYPE kiln_queue_time_seconds histogram"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strstr(s, names[i])) harness_fail(__FILE__, __LINE__, "metrics lack '%s'", names[i]);
