@@ -1,8 +1,9 @@
 """
-conftest.py - the harness of the `kiln serve` tests: it starts servers on 127.0.0.1 at a free port, waits
-for GET /health, and always stops them in teardown (SIGTERM, then SIGKILL after a bound). A server that a
-test did not kill on purpose must exit with status 0 and print no sanitizer report, so the ASan build
-checks every server's shutdown for leaks and errors too.
+conftest.py - the harness of the `kiln serve` tests: it starts servers on 127.0.0.1 with --port 0 (the
+server picks a free port and prints it), waits for GET /health, and always stops them in teardown
+(SIGTERM, then SIGKILL after a bound; and SIGKILL if the test process itself dies). A server that a test
+did not kill on purpose must exit with status 0 and print no sanitizer report, so the ASan build checks
+every server's shutdown for leaks and errors too.
 
 Environment (ctest sets the first three; see CMakeLists.txt):
   KILN_BIN           the kiln binary of the build under test (default: build/kiln)
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import ctypes
+import itertools
 import openai
 import pytest
 import requests
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KILN_BIN = os.environ.get("KILN_BIN", str(ROOT / "build" / "kiln"))
 MODEL = os.environ.get("KILN_MODEL", str(ROOT / "models" / "stories260K.gguf"))
 LIGHT = os.environ.get("KILN_SERVER_TESTS", "all") == "light"
+_serial = itertools.count()
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
@@ -71,7 +74,7 @@ def parse_metrics(text):
 
 
 class KilnServer:
-    """One `kiln serve` process. Its stdout and stderr go to LOGDIR/NAME-PORT.log."""
+    """One `kiln serve` process. Its stdout and stderr go to LOGDIR/NAME-SERIAL.log."""
 
     def __init__(self, logdir, name="kiln", args=(), model=MODEL, threads=1, env=None):
         self.logdir = Path(logdir)
@@ -93,26 +96,27 @@ class KilnServer:
         return self.base + "/v1"
 
     def command(self):
-        return [KILN_BIN, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", str(self.port),
+        return [KILN_BIN, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", "0",
                 "-t", str(self.threads), *self.args]
 
     def start(self, timeout=60.0):
-        for _attempt in range(3):
-            self.port = free_port()
-            self.log_path = self.logdir / f"{self.name}-{self.port}.log"
-            env = dict(os.environ, **(self.env or {}))
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=env,
-                                             preexec_fn=die_with_parent)
-            if self._wait_healthy(timeout):
-                return self
-            if self.proc.poll() is None:
+        """Start with --port 0: the server picks a free port and prints it in its "listening on" line."""
+        self.log_path = self.logdir / f"{self.name}-{next(_serial)}.log"
+        env = dict(os.environ, **(self.env or {}))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            m = re.search(r"listening on http://\S*?:(\d+)", self.log())
+            if m:
+                self.port = int(m.group(1))
+                if self._wait_healthy(deadline - time.monotonic()):
+                    return self
                 break
-            if "in use" not in self.log():
-                break
+            time.sleep(0.05)
         self.kill()
-        raise RuntimeError(f"kiln serve did not become healthy on port {self.port}:\n{self.log()[-4000:]}")
+        raise RuntimeError(f"kiln serve did not become healthy: {self.command()}\n{self.log()[-4000:]}")
 
     def _wait_healthy(self, timeout):
         deadline = time.monotonic() + timeout

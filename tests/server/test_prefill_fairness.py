@@ -96,7 +96,7 @@ def test_long_prompt_delays_no_stream_by_more_than_one_step(fair_server):
     assert after["kiln_prompt_tokens_total"] - before_metrics["kiln_prompt_tokens_total"] >= n_long
     assert (after["kiln_generated_tokens_total"] - before_metrics["kiln_generated_tokens_total"]
             >= 4 * STREAM_TOKENS)
-    assert after["kiln_inter_token_seconds_count"] > before_metrics["kiln_inter_token_seconds_count"]
+    assert after["kiln_inter_token_latency_seconds_count"] > before_metrics["kiln_inter_token_latency_seconds_count"]
     assert after["kiln_requests_total{status=\"ok\"}"] >= before_metrics["kiln_requests_total{status=\"ok\"}"] + 5
     assert after["kiln_running_sequences"] == 0
     assert after["kiln_queue_depth"] == 0
@@ -108,9 +108,9 @@ def test_metrics_are_prometheus_text_with_help_and_type(fair_server):
     assert r.headers["Content-Type"].startswith("text/plain")
     text = r.text
     for name in ("kiln_running_sequences", "kiln_kv_cells_used", "kiln_kv_cells_total", "kiln_queue_depth",
-                 "kiln_ttft_seconds", "kiln_inter_token_seconds"):
+                 "kiln_time_to_first_token_seconds", "kiln_inter_token_latency_seconds"):
         assert f"# TYPE {name} " in text, name
     m = fair_server.metrics()
     assert m["kiln_kv_cells_total"] == 2048
     assert 0 <= m["kiln_kv_cells_used"] <= m["kiln_kv_cells_total"]
-    assert m['kiln_ttft_seconds_bucket{le="+Inf"}'] == m["kiln_ttft_seconds_count"]
+    assert m['kiln_time_to_first_token_seconds_bucket{le="+Inf"}'] == m["kiln_time_to_first_token_seconds_count"]
