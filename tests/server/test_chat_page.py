@@ -4,6 +4,7 @@ driven by selenium) types a message into #input, clicks #send, and an .assistant
 fills with text; #stop ends a long answer early and the page takes the next message. Screenshots go to
 the build directory (server-logs/chat-page*.png) for a person to look at.
 """
+import os
 import shutil
 import time
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(120)]
 
 def find(*names):
     for n in names:
-        path = shutil.which(n) or (n if n.startswith("/") and shutil.os.path.exists(n) else None)
+        path = shutil.which(n) or (n if os.path.exists(n) else None)
         if path:
             return path
     pytest.fail(f"none of {names} is installed (scripts/apt-install.sh chromium chromium-driver)")
@@ -68,14 +69,27 @@ def test_chat_page_sends_a_message_and_shows_the_answer(server, browser, logdir)
 def test_stop_button_ends_a_long_answer_and_the_page_goes_on(server, browser, logdir):
     browser.get(server.base + "/")
     WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "input").is_displayed())
+    # An answer long enough to be stopped: most of the context.
+    browser.execute_script("document.getElementById('max-tokens').value = 1900;")
+    cancelled = server.metrics()['kiln_requests_total{status="cancelled"}']
     send(browser, "Tell me a very long story about a dragon.")
     WebDriverWait(browser, 60).until(lambda d: any(t.strip() for t in assistant_texts(d)))
     browser.find_element(By.ID, "stop").click()
-    time.sleep(0.5)
+    WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "send").is_enabled())
     stopped = assistant_texts(browser)[-1]
     time.sleep(1.0)
     assert assistant_texts(browser)[-1] == stopped, "text kept coming after #stop"
-    WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "send").is_enabled())
+    assert not browser.find_element(By.ID, "stop").is_enabled()
+    # The server saw the client go and freed the sequence.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = server.metrics()
+        if m['kiln_requests_total{status="cancelled"}'] > cancelled and m["kiln_running_sequences"] == 0:
+            break
+        time.sleep(0.1)
+    assert m['kiln_requests_total{status="cancelled"}'] == cancelled + 1
+    assert m["kiln_running_sequences"] == 0
     send(browser, "And then?")
     WebDriverWait(browser, 60).until(lambda d: len([t for t in assistant_texts(d) if t.strip()]) >= 2)
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "send").is_enabled())
     browser.save_screenshot(str(logdir / "chat-page-after-stop.png"))
