@@ -194,7 +194,7 @@ def test_api_key_is_required_when_the_server_has_one(start_server):
     good = openai.OpenAI(base_url=s.v1, api_key="sekrit", timeout=30, max_retries=0)
     model = good.models.list().data[0].id
     assert good.completions.create(model=model, prompt=PROMPT, max_tokens=2).choices[0].text
-    for key in ("wrong", ""):
+    for key in ("wrong", "sekrit-but-longer"):
         bad = openai.OpenAI(base_url=s.v1, api_key=key, timeout=30, max_retries=0)
         with pytest.raises(openai.AuthenticationError) as e:
             bad.completions.create(model=model, prompt=PROMPT, max_tokens=2)
