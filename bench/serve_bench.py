@@ -15,7 +15,10 @@ without -kvu llama-server splits 4096 cells into 8 slots of 512, too few for the
 Every stream is read by one select loop (tests/server/sse.py), so no client thread adds its own gaps.
 
   build/venv/bin/python bench/serve_bench.py --model /tmp/models/tl-q4_0.gguf -t 2 \\
-      --llama-server /path/to/llama-server
+      --llama-server /path/to/llama-server --kiln-args='' --kiln-args='-b 64'
+
+(--kiln-args runs kiln serve once more per use with those options: -b, the per-step token budget, sets
+how long one step of a long prompt's prefill holds the streams.)
 
 Soak (--soak): 64 clients stream against kiln serve for --duration seconds (default 600); prints requests,
 errors, generated tokens and the server's RSS at start and end (after a warm-up request).
@@ -23,6 +26,7 @@ errors, generated tokens and the server's RSS at start and end (after a warm-up 
   build/venv/bin/python bench/serve_bench.py --soak --model models/stories260K.gguf -t 2
 """
 import argparse
+import json
 import os
 import selectors
 import signal
@@ -31,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +53,26 @@ def prompt24(i):
     return f"Story {NUMBERS[i % len(NUMBERS)]} {i}: " + " ".join(WORDS[:21])
 
 
-def long_prompt(n_tokens_hint=1024):
-    # ~1 token per word plus punctuation for the llama vocabulary; the server reports the real count.
-    words = (WORDS * 64)[: int(n_tokens_hint * 0.93)]
-    return "Chapter zero. " + " ".join(words)
+def count_tokens(port, text):
+    """Tokens of text as the server under test counts them (POST /tokenize, which both servers have)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize", method="POST",
+                                 data=json.dumps({"content": text}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return len(json.load(r)["tokens"])
+
+
+def long_prompt(port, n_tokens=1024):
+    """A prompt of n_tokens tokens with BOS (within a few), fitted with the server's own tokenizer."""
+    words = WORDS * 200
+    n = n_tokens
+    for _ in range(8):
+        text = "Chapter zero. " + " ".join(words[:n])
+        got = count_tokens(port, text) + 1
+        if abs(got - n_tokens) <= 2:
+            break
+        n = max(1, int(n * n_tokens / got) + (1 if got < n_tokens else -1))
+    return text
 
 
 def free_port():
@@ -156,9 +177,10 @@ def gaps(times):
 
 
 def interference(port):
+    prompt_1024 = long_prompt(port)
     streams = [RawSSE(port, "/v1/completions", body(prompt24(1000 + i), 192, seed=i)) for i in range(4)]
     pump(streams, lambda: all(len(s.token_times()) >= 16 for s in streams), time.monotonic() + 120)
-    long = RawSSE(port, "/v1/completions", body(long_prompt(), 4))
+    long = RawSSE(port, "/v1/completions", body(prompt_1024, 4))
     t0 = long.sent_at
     pump(streams + [long], lambda: bool(long.token_times()) or long.done, time.monotonic() + 300)
     t1 = long.token_times()[0] if long.token_times() else time.monotonic()
@@ -204,9 +226,11 @@ def compare(args):
     logdir.mkdir(parents=True, exist_ok=True)
     results = {}
     engines = []
-    kport = free_port()
-    engines.append(("kiln", [args.kiln, "serve", "-m", args.model, "--host", "127.0.0.1", "--port", str(kport),
-                             "-t", str(args.threads), "--parallel", "8", "--ctx-size", "4096"], kport))
+    for extra in args.kiln_args or [""]:
+        kport = free_port()
+        engines.append((f"kiln {extra}".strip(), [args.kiln, "serve", "-m", args.model, "--host", "127.0.0.1",
+                                                  "--port", str(kport), "-t", str(args.threads), "--parallel", "8",
+                                                  "--ctx-size", "4096", *extra.split()], kport))
     if args.llama_server:
         lport = free_port()
         engines.append(("llama.cpp", [args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port",
@@ -214,7 +238,7 @@ def compare(args):
                                       "-c", "4096", "-kvu", "--no-webui"], lport))
     for name, cmd, port in engines:
         print(f"{name}: {' '.join(cmd)}", flush=True)
-        results[name] = run_engine(name, cmd, port, args, logdir)
+        results[name] = run_engine(name.replace(" ", ""), cmd, port, args, logdir)
 
     names = [n for n, _, _ in engines]
     print()
@@ -299,6 +323,8 @@ def main():
     ap.add_argument("--kiln", default=os.environ.get("KILN_BIN", str(ROOT / "build" / "kiln")))
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--kiln-args", action="append",
+                    help="extra kiln serve options, one run per use (e.g. --kiln-args='' --kiln-args='-b 64')")
     ap.add_argument("--requests", type=int, default=16, help="requests per concurrency level (default 16)")
     ap.add_argument("--logdir", default=str(ROOT / "build" / "serve-bench"))
     ap.add_argument("--soak", action="store_true", help="the soak test instead of the comparison")
