@@ -92,5 +92,6 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_batched_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
     {"batched-bench", cmd_batched_bench, "measure the speed of many sequences decoded together"},
     {"graph", cmd_graph, "print the forward graph before and after the passes (text or DOT)"},
+    {"serve", cmd_serve, "serve a model over HTTP with OpenAI's API (chat, completions, streaming)"},
     {"synth", cmd_synth, "write a random-weight llama GGUF of a real model's shape"},
 };
 

@@ -12,6 +12,11 @@
  * and at temperature 0 produces exactly what a cold run produces. The cache is bounded (cells and count)
  * and evicted least recently used when a new sequence needs room.
  *
+ * Admission control: a queued request is admitted (in submit order) only when the cells it may ever need
+ * are free beyond what running requests have reserved, evicting cached sequences for room; otherwise it
+ * waits for running requests to finish. Nothing is ever preempted, so a running request never runs out of
+ * cells.
+ *
  * Events reach the caller through its callback, called on the engine thread, never after
  * KS_EVENT_DONE/KS_EVENT_ERROR for that request. Detokenization (UTF-8 safe) and stop strings (held back
  * while a stop may still match across token boundaries, never emitted) are done here, so streaming and
@@ -33,21 +38,26 @@ typedef struct ks_engine ks_engine;
 
 typedef struct ks_engine_params {
     int32_t n_parallel;    /* most sequences decoding at once (--parallel); default 8 */
-    int32_t n_ctx;         /* KV cells shared by every sequence (--ctx-size); default 4096 (<= model's) */
-    int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 512 */
-    int32_t max_queue;     /* requests waiting beyond the running ones (--max-queue); default 64 */
-    int32_t max_tokens_cap;/* largest max_tokens a request may ask for; default n_ctx */
-    int32_t cache_seqs;    /* finished sequences kept for the prefix cache; default n_parallel */
+    int32_t n_ctx;         /* KV cells shared by every sequence (--ctx-size); default 4096, lowered to the
+                            * model's context length when that is shorter */
+    int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 512;
+                            * at least n_parallel */
+    int32_t max_queue;     /* requests submitted but not yet admitted (--max-queue), >= 1; default 64 */
+    int32_t max_tokens_cap;/* largest max_tokens a request may ask for; 0 (the default) = n_ctx */
+    int32_t cache_seqs;    /* finished sequences kept for the prefix cache (0: no cache); default 8, and at
+                            * most KILN_SEQ_MAX - n_parallel (larger values are lowered to that) */
     kiln_log_fn log;       /* --verbose lines, or NULL */
     void *log_user;
 } ks_engine_params;
 
 ks_engine_params ks_engine_params_default(void);
 
-/* Creates the context (n_seq_max = n_parallel * ... as needed for choices and the cache, at most
- * KILN_SEQ_MAX) and starts the engine thread. The model is borrowed and must outlive the engine. */
+/* Creates the context (n_ctx cells, n_batch tokens a batch, n_seq_max = n_parallel + cache_seqs) and
+ * starts the engine thread. The model is borrowed and must outlive the engine. KILN_E_INVALID_ARG names a
+ * bad parameter. Errors of every ks_engine_ call are reported through kiln_last_error(). */
 kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, ks_engine **out);
-/* Stops the thread after cancelling what is left (each gets KS_EVENT_ERROR "server shutting down"). */
+/* Stops the thread after cancelling what is left (each gets KS_EVENT_ERROR "server shutting down").
+ * NULL is a no-op. Not from an event callback. */
 void ks_engine_destroy(ks_engine *e);
 
 typedef struct ks_request {
@@ -64,8 +74,14 @@ typedef struct ks_request {
     const char *const *stop; /* stop strings, copied; NULL when n_stop is 0 */
     int32_t n_stop;        /* 0 .. 4 */
     int32_t logprobs;      /* -1: none; 0 .. 20: the chosen token's logprob and this many alternatives */
-    bool ignore_eos;
+    bool ignore_eos;       /* EOS and eot_token are then ordinary tokens */
+    int32_t eot_token;     /* a token that ends a choice like EOS (the chat template's end of turn, found
+                            * with kiln_vocab_find_token), or -1 */
 } ks_request;
+
+/* Defaults: prompt NULL, max_tokens 16, n 1, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties 0,
+ * no stop strings, logprobs -1, ignore_eos false, eot_token -1. */
+ks_request ks_request_default(void);
 
 typedef enum ks_finish { KS_FINISH_NONE = 0, KS_FINISH_STOP = 1, KS_FINISH_LENGTH = 2 } ks_finish;
 
@@ -94,26 +110,35 @@ typedef struct ks_event {
     const float *token_logprobs;           /* [n_tokens] */
     const ks_top_logprob *const *top;      /* [n_tokens][logprobs] */
     ks_finish finish;         /* CHOICE_END */
-    int32_t prompt_tokens;    /* DONE: usage */
-    int32_t completion_tokens;/* DONE: over all choices */
+    int32_t prompt_tokens;    /* DONE: usage (the prompt once, however many choices share it) */
+    int32_t completion_tokens;/* DONE: tokens sampled over all choices, a final EOS included */
     int32_t cached_tokens;    /* DONE: prompt tokens reused from the prefix cache */
     const char *message;      /* ERROR */
 } ks_event;
 
+/* Called on the engine thread, one event at a time per engine. It may call ks_engine_submit,
+ * ks_engine_cancel (its own request too) and ks_engine_metrics, but not ks_engine_shutdown or
+ * ks_engine_destroy. A slow callback delays every stream. */
 typedef void (*ks_event_fn)(void *user, const ks_event *ev);
 
 typedef uint64_t ks_handle;
 
-/* Queue a request. KILN_E_INVALID_ARG names a bad field; KILN_E_CONTEXT_FULL when the request can never
- * fit (n_prompt + max_tokens, times n, over the cells a request may use: the message names the limits);
- * KILN_E_RANGE when the queue is full (the HTTP layer answers 429 with Retry-After). */
+/* Queue a request (the prompt and stop strings are copied). KILN_E_INVALID_ARG names a bad field (n above
+ * n_parallel included); KILN_E_CONTEXT_FULL when the request can never fit: its cells, n_prompt +
+ * n * (max_tokens - 1) (the prompt is shared by the choices, and a choice's last token is never decoded),
+ * exceed n_ctx (the message names the numbers); KILN_E_RANGE when max_queue requests already wait (the
+ * HTTP layer answers 429 with Retry-After); KILN_E_UNSUPPORTED after ks_engine_shutdown. *out receives a
+ * handle for ks_engine_cancel. */
 kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user, ks_handle *out);
 /* Cancel (client gone): the request's sequences are freed at the next step, whether it is queued, in
- * prefill or decoding; its callback gets no further event after cancel returns. Unknown handles are
- * ignored. */
+ * prefill or decoding; its callback gets no further event after cancel returns (none at all: no ERROR
+ * either). When called from another thread while the request's callback runs, cancel waits for that
+ * callback to return. Unknown and finished handles are ignored. */
 void ks_engine_cancel(ks_engine *e, ks_handle h);
 
-/* Counters and gauges for /metrics. Histograms: cumulative bucket counts over ks_metric_buckets. */
+/* Counters and gauges for /metrics. Histograms: cumulative bucket counts over ks_metric_buckets. A
+ * request is counted (requests_*, end_to_end) and the gauges are brought up to date before its last event
+ * (DONE or ERROR) is sent, so a reader woken by that event sees it. */
 #define KS_HIST_BUCKETS 12
 extern const double ks_metric_buckets[KS_HIST_BUCKETS]; /* seconds: 0.005 .. 60 */
 typedef struct ks_histogram {
@@ -125,13 +150,16 @@ typedef struct ks_metrics {
     uint64_t requests_ok, requests_failed, requests_cancelled;
     uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
     int32_t queue_depth, running_sequences, kv_cells_used, kv_cells_total;
-    int32_t prefix_cache_sequences, prefix_cache_cells;
+    int32_t prefix_cache_sequences, prefix_cache_cells; /* cells: tokens over the cached sequences */
+    uint64_t steps;           /* batches decoded; during a callback, the index of the step whose output
+                               * it reports */
     ks_histogram ttft, inter_token, end_to_end, queue_time;
 } ks_metrics;
 void ks_engine_metrics(ks_engine *e, ks_metrics *out);
 
 /* Stop accepting (submit then fails with KILN_E_UNSUPPORTED "shutting down"); wait up to grace_ms for
- * running requests to finish, then cancel the rest with KS_EVENT_ERROR. */
+ * the requests already submitted (queued ones too) to finish, then cancel the rest with KS_EVENT_ERROR
+ * "server shutting down" and return once they have had it. Not from an event callback. */
 void ks_engine_shutdown(ks_engine *e, int32_t grace_ms);
 
 #endif

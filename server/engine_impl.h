@@ -1,0 +1,111 @@
+/*
+ * engine_impl.h - the engine's private state, shared by engine.c (the public calls and the engine thread)
+ * and step.c (what one step does: sweep cancellations, admit, build and decode the batch, sample).
+ *
+ * Locks. `mu` guards the queue, the live list, the flags that other threads set (cancel, shutdown) and
+ * the published metrics. Each request's `cb_mu` is held while its callback runs, so that cancel can wait
+ * for a running callback and then silence the request. Order: a thread holding mu may take a cb_mu only
+ * after pinning the request with a reference and dropping mu (cancel does this), so a callback that calls
+ * back into the engine (submit, cancel, metrics) cannot deadlock. The engine thread never holds mu while a
+ * callback runs. Everything marked "engine thread" is touched by that thread alone.
+ */
+#ifndef KILN_SERVER_ENGINE_IMPL_H
+#define KILN_SERVER_ENGINE_IMPL_H
+
+#include "choice.h"
+#include "engine.h"
+#include "prefix_cache.h"
+
+#include <pthread.h>
+
+typedef struct ks_req {
+    /* Fixed at submit. */
+    struct ks_engine *engine;
+    ks_handle handle;
+    ks_event_fn fn;
+    void *user;
+    ks_request req;  /* prompt and stop point at the copies below */
+    int32_t *prompt; /* [n_prompt] */
+    char **stop;     /* [n_stop] */
+    ks_choice_params cp;
+    kiln_sampler_params sp;
+    double t_submit;
+
+    /* Under the engine's mu. */
+    struct ks_req *next_queued; /* the wait queue, in submit order */
+    struct ks_req *next_live;   /* every request not yet retired */
+    bool cancel_requested;      /* by the client: ends silently */
+    bool shutdown_requested;    /* by ks_engine_shutdown: ends with KS_EVENT_ERROR */
+    bool admitted;
+    int32_t refs; /* cancel calls pinning the request */
+    bool retired; /* out of the live list; freed by whoever drops the last reference */
+
+    /* Under cb_mu. */
+    pthread_mutex_t cb_mu;
+    bool silenced; /* no event may reach the callback any more */
+
+    /* Engine thread. */
+    ks_choice *choices;  /* [n] */
+    int32_t *seqs;       /* [n] KV sequence ids; seqs[0] holds the prompt */
+    int32_t *n_past;     /* [n] cells (positions) each sequence holds */
+    int32_t *next_token; /* [n] the token each choice decodes next */
+    int32_t *batch_at;   /* [n] its row in this step's batch, or -1 */
+    double *t_last;      /* [n] when each choice's latest token came */
+    int32_t n_prefilled; /* prompt tokens in seqs[0]'s cells (reused ones included) */
+    int32_t slice;       /* prompt tokens in this step's batch */
+    int32_t cached;      /* prompt tokens reused from the prefix cache */
+    int32_t reserved;    /* KV cells this request may still take */
+    int32_t n_running;   /* choices not finished */
+    int32_t completion_tokens;
+    bool first_token_seen;
+    char error[256]; /* why the request failed, for its KS_EVENT_ERROR */
+} ks_req;
+
+struct ks_engine {
+    kiln_model *model;
+    kiln_ctx *ctx;
+    ks_engine_params p;
+    int32_t n_seq_max;
+    pthread_t thread;
+    bool thread_started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* the engine thread waits here when idle */
+    pthread_cond_t idle_cv; /* shutdown waits here for requests to finish */
+    /* Under mu. */
+    ks_req *queue_head, *queue_tail;
+    int32_t queued;
+    ks_req *live;
+    int32_t n_live;
+    bool accepting, stopping;
+    ks_handle next_handle;
+    ks_metrics metrics;
+
+    /* Engine thread. */
+    ks_req *active[KILN_SEQ_MAX]; /* admitted requests, in admission order */
+    int32_t n_active;
+    int32_t running_seqs; /* sequences of active requests still generating */
+    int32_t free_seqs[KILN_SEQ_MAX];
+    int32_t n_free_seqs;
+    int32_t reserved_cells; /* sum of the active requests' reservations */
+    ks_req *emitting;       /* the request whose callback is running */
+    ks_pcache pcache;
+    kiln_batch batch;
+    ks_gen_scratch scratch;
+    ks_metrics delta; /* counters and histograms of this step, merged into metrics under mu */
+};
+
+/* One step (step.c): sweep, admit, decode, sample, emit. Returns false when there was nothing to do. */
+bool ks__engine_step(ks_engine *e);
+
+/* Hand a sequence id back to the free pool after its cells were forgotten (step.c). */
+void ks__engine_release_seq(void *engine, int32_t seq);
+
+/* Retire a request after its last event (engine.c): out of the live list, and freed unless a cancel
+ * still pins it. */
+void ks__engine_retire(ks_engine *e, ks_req *r);
+
+/* Free a request's memory (engine.c). */
+void ks__req_free(ks_req *r);
+
+#endif
