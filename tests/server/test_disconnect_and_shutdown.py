@@ -1,0 +1,160 @@
+"""
+Clients that leave and servers that stop: a client that disconnects mid-stream has its sequence freed
+(GET /metrics: kiln_running_sequences back to 0, the request counted as cancelled, generation stopped
+long before max_tokens, its KV cells released); a full queue answers 429 with Retry-After, which the
+openai client raises as RateLimitError; SIGTERM under load exits with status 0 within the grace period,
+and a sanitizer build reports nothing on the way out.
+"""
+import signal
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from sse import RawSSE, pump
+
+LONG = 1900  # tokens: the whole context (2048) less the prompt, so a stream runs as long as it can
+
+
+def wait_metrics(server, cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        m = server.metrics()
+        if cond(m) or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
+
+
+def stream_body(prompt="Once upon a time", max_tokens=LONG):
+    return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+
+
+@pytest.mark.timeout(60)
+def test_disconnect_mid_stream_frees_the_sequence(start_server):
+    s = start_server("disconnect", args=["--parallel", "4"])
+    before = s.metrics()
+    stream = RawSSE(s.port, "/v1/completions", stream_body())
+    assert pump([stream], lambda: len(stream.token_times()) >= 5, time.monotonic() + 20)
+    busy = s.metrics()
+    stream.close()
+    m = wait_metrics(s, lambda m: m["kiln_running_sequences"] == 0 and
+                     m['kiln_requests_total{status="cancelled"}'] > before['kiln_requests_total{status="cancelled"}'])
+    assert m["kiln_running_sequences"] == 0
+    assert m['kiln_requests_total{status="cancelled"}'] == before['kiln_requests_total{status="cancelled"}'] + 1
+    assert m["kiln_generated_tokens_total"] - before["kiln_generated_tokens_total"] < LONG
+    # Cells still in use belong to the prefix cache alone, and fewer than while the stream ran.
+    assert m["kiln_kv_cells_used"] <= m["kiln_prefix_cache_cells"]
+    assert m["kiln_kv_cells_used"] < busy["kiln_kv_cells_used"] or busy["kiln_running_sequences"] == 0
+    # The slot is free for the next client.
+    r = requests.post(s.v1 + "/completions", json={"prompt": "The cat", "max_tokens": 4}, timeout=30)
+    assert r.status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_disconnect_of_many_streams_at_once_frees_them_all(start_server):
+    s = start_server("disconnect-many", args=["--parallel", "8"])
+    streams = [RawSSE(s.port, "/v1/completions", stream_body(p, 240))
+               for p in ("Once upon a time", "The cat", "The dog", "A bird", "Tom", "Lily", "The sun", "Mia")]
+    pump(streams, lambda: all(len(st.token_times()) >= 2 for st in streams), time.monotonic() + 20)
+    for st in streams:
+        st.close()
+    m = wait_metrics(s, lambda m: m["kiln_running_sequences"] == 0 and m["kiln_queue_depth"] == 0)
+    assert m["kiln_running_sequences"] == 0 and m["kiln_queue_depth"] == 0
+    assert requests.post(s.v1 + "/completions", json={"prompt": "The cat", "max_tokens": 4},
+                         timeout=30).status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_full_queue_answers_429_with_retry_after(start_server):
+    s = start_server("queue", args=["--parallel", "1", "--max-queue", "1"])
+    first = RawSSE(s.port, "/v1/completions", stream_body("Story 0:"))
+    assert pump([first], lambda: len(first.token_times()) >= 1, time.monotonic() + 20)
+    # One runs; of five more sent at once, one waits in the queue and four are refused.
+    streams = [first] + [RawSSE(s.port, "/v1/completions", stream_body(f"Story {i}:")) for i in range(1, 6)]
+    try:
+        pump(streams, lambda: all(st.status is not None for st in streams), time.monotonic() + 20)
+        statuses = [st.status for st in streams]
+        assert sorted(statuses) == [200, 200, 429, 429, 429, 429], statuses
+        client = openai.OpenAI(base_url=s.v1, api_key="x", timeout=30, max_retries=0)
+        with pytest.raises(openai.RateLimitError) as e:
+            for _ in range(3):  # the first stream may finish and let one more in: a bounded retry
+                client.completions.create(model=client.models.list().data[0].id, prompt="The cat", max_tokens=LONG, stream=True)
+        assert int(e.value.response.headers["Retry-After"]) >= 1
+        assert e.value.body["message"]
+    finally:
+        for st in streams:
+            st.close()
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_under_load_exits_zero_within_the_grace_period(start_server):
+    grace_s = 5
+    s = start_server("sigterm", args=["--parallel", "4", "--grace", str(grace_s)])
+    stop = threading.Event()
+    outcomes = []
+
+    def client_loop():
+        for _ in range(1000):
+            if stop.is_set():
+                return
+            try:
+                r = requests.post(s.v1 + "/completions", json={"prompt": "Once upon a time", "max_tokens": 64},
+                                  timeout=20)
+                outcomes.append(r.status_code)
+            except requests.RequestException:
+                outcomes.append("closed")
+                return
+
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    streams = [RawSSE(s.port, "/v1/completions", stream_body(p, 1000)) for p in ("Once", "The cat")]
+    for t in threads:
+        t.start()
+    try:
+        pump(streams, lambda: all(len(st.token_times()) >= 3 for st in streams), time.monotonic() + 20)
+        deadline = time.monotonic() + 30
+        while 200 not in outcomes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        start = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        pump(streams, lambda: all(st.done for st in streams), time.monotonic() + grace_s + 5)
+        try:
+            code = s.proc.wait(grace_s + 5)
+        except subprocess.TimeoutExpired:
+            code = s.stop(signal.SIGKILL)
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for st in streams:
+            st.close()
+    assert code == 0, f"exit status {code}:\n{s.log()[-3000:]}"
+    assert elapsed <= grace_s + 3, f"took {elapsed:.1f} s to exit, grace {grace_s} s"
+    assert not any(m in s.log() for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:")), s.log()
+    assert 200 in outcomes
+    # Requests that arrive after SIGTERM get 503, or find the listening socket closed.
+    assert all(o in (200, 503, "closed") for o in outcomes), outcomes
+    # Running streams finish within the grace period, or end with an error event when it runs out.
+    for st in streams:
+        assert st.saw_done_marker or any("error" in ev for _, ev in st.events), st.events[-1:]
+
+
+@pytest.mark.timeout(60)
+def test_a_second_sigterm_while_draining_still_exits_zero(start_server):
+    s = start_server("sigterm-twice", args=["--grace", "5"])
+    stream = RawSSE(s.port, "/v1/completions", stream_body("Once", 1000))
+    try:
+        pump([stream], lambda: len(stream.token_times()) >= 3, time.monotonic() + 20)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        s.proc.send_signal(signal.SIGTERM)  # an impatient operator, or a supervisor that repeats itself
+        try:
+            code = s.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            code = s.stop(signal.SIGKILL)
+    finally:
+        stream.close()
+    assert code == 0, f"exit status {code}:\n{s.log()[-2000:]}"
