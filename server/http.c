@@ -250,6 +250,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char 
         r->fd = -1;
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
+        ks_watchdog_set_waiting(&h->watchdog, conn, false);
         if (!admit(h, r, url, method, &err)) return refuse(h, r, &err);
         return MHD_YES;
     }
@@ -283,6 +284,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     ks_http_completion_closed(r, toe);
     atomic_fetch_sub(&h->active, 1);
+    ks_watchdog_set_waiting(&h->watchdog, conn, true); /* a keep-alive connection waits for the next one */
 }
 
 static bool resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, bool *v6) {
@@ -316,11 +318,17 @@ kiln_status ks_http_start(ks_http *h) {
     if (p->verbose) flags |= MHD_USE_ERROR_LOG;
     int32_t limit = 2 * (p->engine.n_parallel + p->engine.max_queue) + 64;
     if (limit > 4096) limit = 4096;
+    if (!ks_watchdog_init(&h->watchdog, limit, p->timeout_s)) {
+        fprintf(stderr, "kiln serve: out of memory for %d connection slots\n", limit);
+        return KILN_E_NOMEM;
+    }
     h->daemon = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit, MHD_OPTION_NOTIFY_CONNECTION,
+                                 ks_watchdog_notify, &h->watchdog, MHD_OPTION_END);
     if (!h->daemon) {
+        ks_watchdog_free(&h->watchdog);
         fprintf(stderr, "kiln serve: cannot listen on %s:%d (in use, or not an address of this machine?)\n",
                 p->host, p->port);
         return KILN_E_IO;
@@ -333,4 +341,5 @@ kiln_status ks_http_start(ks_http *h) {
 void ks_http_stop(ks_http *h) {
     if (h->daemon) MHD_stop_daemon(h->daemon);
     h->daemon = NULL;
+    ks_watchdog_free(&h->watchdog);
 }

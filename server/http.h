@@ -12,6 +12,7 @@
 #define KILN_SERVER_HTTP_H
 
 #include "api.h"
+#include "http_watchdog.h"
 #include "server.h"
 
 #include <microhttpd.h>
@@ -36,6 +37,7 @@ typedef struct ks_http {
     _Atomic uint64_t rejected; /* completion requests refused before the engine saw them */
     _Atomic int active;        /* requests whose connection has not completed */
     uint16_t port;             /* the bound port (the chosen one when params->port is 0) */
+    ks_watchdog watchdog;      /* drops clients too slow to send a request */
 } ks_http;
 
 typedef enum req_phase {

@@ -106,6 +106,15 @@ static bool wait_for_signal(loader *l, const sigset_t *set) {
             return true;
         }
         if (atomic_load(&l->finished) < 0) return false;
+        ks_watchdog_reap(&l->h->watchdog);
+    }
+}
+
+/* Take the signals that came while shutting down (a second SIGTERM from an impatient operator), so that
+ * unblocking them does not kill the process with the default action. */
+static void drain_signals(const sigset_t *set) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(set, NULL, &zero) > 0) {
     }
 }
 
@@ -149,6 +158,7 @@ int ks_server_run(const ks_server_params *params) {
     shut_down(h, thread, params);
     ks_engine_destroy(h->engine);
     kiln_model_destroy(l.model);
+    drain_signals(&set);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return signalled ? 0 : 1;
 }
