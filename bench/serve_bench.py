@@ -39,6 +39,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(ROOT / "tests" / "server"))
 from sse import RawSSE, pump  # noqa: E402
 
