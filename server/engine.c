@@ -285,6 +285,14 @@ fail:
     return NULL;
 }
 
+/* Sequences the engine thread will admit at its next step without anyone waiting: requests submitted
+ * while they are free do not count against max_queue (a burst to an idle server is not refused). The
+ * gauge is the last step's, under mu. */
+static int32_t free_slots(const ks_engine *e) {
+    int32_t free = e->p.n_parallel - e->metrics.running_sequences;
+    return free > 0 ? free : 0;
+}
+
 kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user,
                              ks_handle *out) {
     if (!e || !req || !fn || !out)
@@ -299,7 +307,7 @@ kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn
     pthread_mutex_lock(&e->mu);
     if (!e->accepting)
         st = kiln__error(KILN_E_UNSUPPORTED, "ks_engine_submit: the server is shutting down");
-    else if (e->queued >= e->p.max_queue)
+    else if (e->queued >= e->p.max_queue + free_slots(e))
         st = kiln__error(KILN_E_RANGE,
                          "ks_engine_submit: the queue is full (%d requests waiting, --max-queue %d)",
                          e->queued, e->p.max_queue);
