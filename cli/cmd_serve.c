@@ -23,7 +23,7 @@ static const char serve_help[] =
     "      --port N            port (default 8080; 0 picks a free one, printed when ready)\n"
     "  -np, --parallel N       sequences decoded at once (default 8)\n"
     "  -c, --ctx-size N        KV cells shared by all requests (default 4096, at most the model's)\n"
-    "  -b, --batch-size N      tokens per engine step, decode plus prompt slices (default 512)\n"
+    "  -b, --batch-size N      tokens per engine step, decode plus prompt slices (default 64)\n"
     "      --max-queue N       requests waiting beyond the running ones before 429 (default 64)\n"
     "  -n, --max-tokens N      the most tokens one request may generate, and the default for chat\n"
     "                          requests that do not say (default: the context size)\n"

@@ -19,7 +19,7 @@ ks_engine_params ks_engine_params_default(void) {
     ks_engine_params p = {
         .n_parallel = 8,
         .n_ctx = 4096,
-        .n_batch = 512,
+        .n_batch = 64,
         .max_queue = 64,
         .max_tokens_cap = 0,
         .cache_seqs = 8,

@@ -40,7 +40,7 @@ typedef struct ks_engine_params {
     int32_t n_parallel;    /* most sequences decoding at once (--parallel); default 8 */
     int32_t n_ctx;         /* KV cells shared by every sequence (--ctx-size); default 4096, lowered to the
                             * model's context length when that is shorter */
-    int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 512;
+    int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 64;
                             * at least n_parallel */
     int32_t max_queue;     /* requests waiting beyond the free sequences (--max-queue), >= 1; default 64 */
     int32_t max_tokens_cap;/* largest max_tokens a request may ask for; 0 (the default) = n_ctx */
@@ -127,9 +127,8 @@ typedef uint64_t ks_handle;
  * n_parallel included); KILN_E_CONTEXT_FULL when the request can never fit: its cells, n_prompt +
  * n * (max_tokens - 1) (the prompt is shared by the choices, and a choice's last token is never decoded),
  * exceed n_ctx (the message names the numbers); KILN_E_RANGE when max_queue requests wait beyond the
- * sequences free at the last step (the
- * HTTP layer answers 429 with Retry-After); KILN_E_UNSUPPORTED after ks_engine_shutdown. *out receives a
- * handle for ks_engine_cancel. */
+ * sequences free at the last step (the HTTP layer answers 429 with Retry-After); KILN_E_UNSUPPORTED after
+ * ks_engine_shutdown. *out receives a handle for ks_engine_cancel. */
 kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn, void *user, ks_handle *out);
 /* Cancel (client gone): the request's sequences are freed at the next step, whether it is queued, in
  * prefill or decoding; its callback gets no further event after cancel returns (none at all: no ERROR
