@@ -27,9 +27,11 @@
  *    slowest job, which may have been preempted) than those of the window just before, by TRIAL_GAIN;
  *    a trial stops as soon as it cannot win, and the interval between trials doubles while they lose
  *    (and is at least TRIAL_SHARE times the lost trial's time, so trials cost a few percent at most);
- *  - retreat: when the jobs of a window so far (two or more) had their threads spend so much time waiting
+ *  - retreat: when the jobs of a window so far (four or more) had their threads spend so much time waiting
  *    (past a short spin) that fewer than `width - 1` were working on average (threads x wall time -
- *    waits, over wall time), the width narrows to what was working at once, without waiting for a trial.
+ *    waits, over wall time), the width narrows to what was working at once, without waiting for a trial;
+ *    the next trial of the wider width then comes after TRIAL_MIN_JOBS jobs, since a retreat may answer
+ *    a passing disturbance.
  *
  * The barrier is sense-reversing: each thread reads `phase`, then counts itself into `arrived`; the last
  * to arrive resets the count and moves `phase` on, which releases the others.
@@ -361,10 +363,14 @@ static void width_adapt(kiln_pool *pool, int64_t wall_ns, int64_t wait_ns) {
         return;
     }
     working = pool->n_active - (double)pool->window_wait_ns / (double)(pool->window_wall_ns + 1);
-    if (pool->n_active > 1 && pool->window_jobs >= 2 && working < pool->n_active - 0.75) { /* retreat */
+    if (pool->n_active > 1 && pool->window_jobs >= 4 && working < pool->n_active - 0.75) { /* retreat */
         pool->n_active = working < 1.0 ? 1 : (int)(working + 0.75);
         pool->last_job_ns = 0; /* measure the new width before any trial */
-        pool->trial_in = pool->trial_every;
+        /* Try the wider width again soon: a retreat may answer a passing disturbance, and with long jobs
+         * (a 512-token encoder batch takes ~120 ms) the longest trial interval would keep one thread for
+         * minutes. */
+        pool->trial_every = TRIAL_MIN_JOBS;
+        pool->trial_in = TRIAL_MIN_JOBS;
         window_reset(pool);
     } else if (pool->window_jobs == WINDOW_JOBS) {
         pool->last_job_ns = others_ns / (WINDOW_JOBS - 1);
