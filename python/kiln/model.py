@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 import numpy as np
 
 from . import _lib
+from ._handle import Handle
 from ._lib import check, lib
 
 if TYPE_CHECKING:
@@ -55,7 +56,9 @@ def _float_view(ptr: Any, n: int) -> np.ndarray:
     return arr
 
 
-class Model:
+class Model(Handle):
+    _kind = "model"
+
     """A loaded GGUF model: kiln_model_load_ex.
 
     Args:
@@ -96,26 +99,10 @@ class Model:
         """Destroy the model, after closing every context still open on it. Idempotent."""
         for ctx in list(self._contexts):
             ctx.close()
-        if self._handle is not None:
-            lib.kiln_model_destroy(self._handle)
-            self._handle = None
+        super().close()
 
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    @property
-    def handle(self) -> int:
-        """The kiln_model pointer (raises ValueError once closed)."""
-        if self._handle is None:
-            raise ValueError("the model is closed")
-        return self._handle
+    def _destroy(self, handle: int) -> None:
+        lib.kiln_model_destroy(handle)
 
     # -- facts -----------------------------------------------------------------------------------------
 
@@ -352,7 +339,9 @@ class Batch:
         lib.kiln_batch_clear(byref(self.struct))
 
 
-class Context:
+class Context(Handle):
+    _kind = "context"
+
     """One user's state on a model: the KV cache (n_ctx cells shared by up to n_seq_max sequences),
     compiled plans and outputs (kiln_ctx_create).
 
@@ -410,28 +399,8 @@ class Context:
         self._n_embd = model.n_embd
         model._contexts.add(self)
 
-    def close(self) -> None:
-        """Destroy the context (its KV cache and outputs). Idempotent."""
-        if self._handle is not None:
-            lib.kiln_ctx_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    @property
-    def handle(self) -> int:
-        """The kiln_ctx pointer (raises ValueError once closed)."""
-        if self._handle is None:
-            raise ValueError("the context is closed")
-        return self._handle
+    def _destroy(self, handle: int) -> None:
+        lib.kiln_ctx_destroy(handle)
 
     @property
     def n_ctx(self) -> int:

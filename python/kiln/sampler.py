@@ -9,10 +9,13 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lib
+from ._handle import Handle
 from ._lib import check, lib
 
 
-class Sampler:
+class Sampler(Handle):
+    _kind = "sampler"
+
     """Chooses the next token from a row of logits.
 
     Args:
@@ -51,21 +54,8 @@ class Sampler:
         check(lib.kiln_sampler_create(self.n_vocab, byref(p), byref(handle)), "sampler")
         self._handle = handle.value
 
-    def close(self) -> None:
-        """Destroy the sampler. Idempotent."""
-        if self._handle is not None:
-            lib.kiln_sampler_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Sampler":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+    def _destroy(self, handle: int) -> None:
+        lib.kiln_sampler_destroy(handle)
 
     def _h(self) -> int:
         if self._handle is None:

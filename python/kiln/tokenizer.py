@@ -10,11 +10,14 @@ from ctypes import byref
 from typing import Any, Optional
 
 from . import _lib
+from ._handle import Handle
 from ._lib import check, lib
 from .model import Model
 
 
-class Detokenizer:
+class Detokenizer(Handle):
+    _kind = "detokenizer"
+
     """Streaming detokenizer over a model's vocabulary.
 
     Args:
@@ -30,21 +33,8 @@ class Detokenizer:
         check(lib.kiln_detok_create(model.vocab_handle, bool(strip_leading_space), byref(handle)), "detok")
         self._handle = handle.value
 
-    def close(self) -> None:
-        """Destroy the detokenizer. Idempotent."""
-        if self._handle is not None:
-            lib.kiln_detok_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Detokenizer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+    def _destroy(self, handle: int) -> None:
+        lib.kiln_detok_destroy(handle)
 
     def _h(self) -> int:
         if self._handle is None:
