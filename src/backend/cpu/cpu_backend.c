@@ -203,7 +203,7 @@ static kiln_status make_packed(cpu_context *c, const kiln_tensor *w, const void 
 static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int32_t i1) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     int32_t n = kiln__graph_n_nodes(g);
-    uint64_t todo = 0, done = 0;
+    uint64_t to_prepare = 0, done = 0;
     kiln_status s;
     if (n > c->node_packed_cap) {
         const void **p = kiln__realloc_array(c->node_packed, (size_t)n, sizeof *p);
@@ -215,9 +215,9 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int
         const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
         const packed_weight *pw = w ? find_packed(c, w) : NULL;
         c->node_packed[i] = pw ? pw->data : NULL;
-        if (w && !pw) todo += packed_bytes(w);
+        if (w && !pw) to_prepare += packed_bytes(w);
     }
-    for (int32_t i = i0; i < i1 && todo; i++) {
+    for (int32_t i = i0; i < i1 && to_prepare; i++) {
         const kiln_tensor *w = packable(isa, kiln__graph_node(g, i));
         if (!w || c->node_packed[i]) continue;
         const packed_weight *pw = find_packed(c, w); /* made for an earlier node of this graph */
@@ -227,7 +227,7 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int
         }
         if ((s = make_packed(c, w, &c->node_packed[i]))) return s;
         done += packed_bytes(w);
-        if (c->progress) c->progress(c->progress_user, done, todo);
+        if (c->progress) c->progress(c->progress_user, done, to_prepare);
     }
     return KILN_OK;
 }
