@@ -1,7 +1,7 @@
 /*
  * gguf_craft.h - header-only helpers for the GGUF tests: build the small valid GGUF that the malformed
  * corpus is derived from (with the writer), locate its fields by their key or tensor name, patch
- * little-endian fields, and count or fail allocations through kiln_set_allocator.
+ * little-endian fields. (Allocation failures are swept with harness_alloc_sweep, tests/harness.h.)
  *
  * The small file ("craft file") holds every kind of field the reader validates.
  *   kvs: general.architecture = "llama"; general.description = 200 x 'd' (it places the later kvs past
@@ -121,45 +121,6 @@ static inline uint64_t craft_get_u64(const uint8_t *buf, size_t at) {
     for (int k = 7; k >= 0; k--)
         v = (v << 8) | buf[at + (size_t)k];
     return v;
-}
-
-/* ---- An allocator that counts allocations and fails the fail_at-th one (0: never). ---- */
-
-static struct {
-    long count;   /* allocations so far */
-    long fail_at; /* 1-based index of the allocation to fail; 0 = none */
-    long live;    /* blocks currently allocated */
-} craft_alloc_state;
-
-static inline void *craft_alloc(size_t size, void *user) {
-    (void)user;
-    if (++craft_alloc_state.count == craft_alloc_state.fail_at) return NULL;
-    void *p = malloc(size);
-    if (p) craft_alloc_state.live++;
-    return p;
-}
-
-static inline void *craft_realloc(void *ptr, size_t size, void *user) {
-    (void)user;
-    if (++craft_alloc_state.count == craft_alloc_state.fail_at) return NULL;
-    void *p = realloc(ptr, size);
-    if (p && !ptr) craft_alloc_state.live++;
-    return p;
-}
-
-static inline void craft_free(void *ptr, void *user) {
-    (void)user;
-    if (ptr) craft_alloc_state.live--;
-    free(ptr);
-}
-
-/* Install the counting allocator, failing allocation number fail_at (0: none). */
-static inline void craft_alloc_install(long fail_at) {
-    static const kiln_allocator a = {craft_alloc, craft_realloc, craft_free, NULL};
-    craft_alloc_state.count = 0;
-    craft_alloc_state.fail_at = fail_at;
-    craft_alloc_state.live = 0;
-    kiln_set_allocator(&a);
 }
 
 #endif

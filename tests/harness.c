@@ -1,7 +1,9 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,26 +74,213 @@ kiln_ctx_params harness_ctx_params(void) {
     return p;
 }
 
-static long allocations;
-static void *count_alloc(size_t n, void *u) {
-    (void)u;
-    allocations++;
-    return malloc(n);
+/* ---- The test allocator. Live blocks are kept in an open-addressing table keyed by address (libc
+ * memory, never Kiln's), so that a block allocated before the allocator was installed is freed untracked
+ * and every count covers only what was allocated while it was installed. One mutex guards it all. ---- */
+
+typedef struct block {
+    void *ptr; /* NULL: empty; TOMB: deleted */
+    size_t size;
+} block;
+
+#define TOMB ((void *)&tracker)
+
+static struct {
+    pthread_mutex_t mu;
+    block *table;
+    size_t cap, used; /* used counts live entries and tombstones */
+    long count;       /* allocations (alloc and realloc) since the last zero */
+    long fail_at;     /* fail the allocation that brings count to this; 0 = none */
+    long live;
+    size_t live_bytes, peak_bytes;
+} tracker = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t slot_of(const void *p, size_t cap) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 17) & (cap - 1);
 }
-static void *count_realloc(void *p, size_t n, void *u) {
-    (void)u;
-    allocations++;
-    return realloc(p, n);
+
+static void table_put(void *p, size_t size);
+
+static void table_grow(void) {
+    block *old = tracker.table;
+    size_t old_cap = tracker.cap;
+    tracker.cap = old_cap ? old_cap * 2 : 1024;
+    tracker.table = calloc(tracker.cap, sizeof *tracker.table);
+    if (!tracker.table) {
+        fprintf(stderr, "harness: out of memory for the allocation table\n");
+        abort();
+    }
+    tracker.used = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].ptr && old[i].ptr != TOMB) table_put(old[i].ptr, old[i].size);
+    free(old);
 }
-static void count_free(void *p, void *u) {
+
+static void table_put(void *p, size_t size) {
+    size_t i;
+    if ((tracker.used + 1) * 2 > tracker.cap) table_grow();
+    for (i = slot_of(p, tracker.cap); tracker.table[i].ptr && tracker.table[i].ptr != TOMB;
+         i = (i + 1) & (tracker.cap - 1)) {
+    }
+    if (!tracker.table[i].ptr) tracker.used++;
+    tracker.table[i] = (block){p, size};
+}
+
+/* Remove p; its size, or (size_t)-1 when p was not allocated while the tracker was installed. */
+static size_t table_take(void *p) {
+    if (!tracker.cap) return (size_t)-1;
+    for (size_t i = slot_of(p, tracker.cap); tracker.table[i].ptr; i = (i + 1) & (tracker.cap - 1))
+        if (tracker.table[i].ptr == p) {
+            size_t size = tracker.table[i].size;
+            tracker.table[i].ptr = TOMB;
+            return size;
+        }
+    return (size_t)-1;
+}
+
+static void track_new(void *p, size_t size) {
+    table_put(p, size);
+    tracker.live++;
+    tracker.live_bytes += size;
+    if (tracker.live_bytes > tracker.peak_bytes) tracker.peak_bytes = tracker.live_bytes;
+}
+
+static void track_gone(void *p) {
+    size_t size = table_take(p);
+    if (size == (size_t)-1) return;
+    tracker.live--;
+    tracker.live_bytes -= size;
+}
+
+static bool should_fail(void) {
+    return ++tracker.count == tracker.fail_at;
+}
+
+static void *track_alloc(size_t n, void *u) {
+    void *p = NULL;
     (void)u;
+    pthread_mutex_lock(&tracker.mu);
+    if (!should_fail() && (p = malloc(n))) track_new(p, n);
+    pthread_mutex_unlock(&tracker.mu);
+    return p;
+}
+
+static void *track_realloc(void *old, size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    pthread_mutex_lock(&tracker.mu);
+    if (!should_fail()) {
+        /* Forget the old block first (realloc may free it); put it back if realloc fails. */
+        size_t old_size = old ? table_take(old) : (size_t)-1;
+        if (old_size != (size_t)-1) {
+            tracker.live--;
+            tracker.live_bytes -= old_size;
+        }
+        p = realloc(old, n);
+        if (p)
+            track_new(p, n);
+        else if (old_size != (size_t)-1)
+            track_new(old, old_size);
+    }
+    pthread_mutex_unlock(&tracker.mu);
+    return p;
+}
+
+static void track_free(void *p, void *u) {
+    (void)u;
+    if (!p) return;
+    pthread_mutex_lock(&tracker.mu);
+    track_gone(p);
     free(p);
+    pthread_mutex_unlock(&tracker.mu);
 }
 
 void harness_count_allocations(void) {
-    static const kiln_allocator counting = {count_alloc, count_realloc, count_free, NULL};
-    allocations = 0;
-    kiln_set_allocator(&counting);
+    static const kiln_allocator tracking = {track_alloc, track_realloc, track_free, NULL};
+    pthread_mutex_lock(&tracker.mu);
+    if (tracker.table) memset(tracker.table, 0, tracker.cap * sizeof *tracker.table);
+    tracker.used = 0;
+    tracker.count = tracker.fail_at = tracker.live = 0;
+    tracker.live_bytes = tracker.peak_bytes = 0;
+    pthread_mutex_unlock(&tracker.mu);
+    kiln_set_allocator(&tracking);
 }
-void harness_zero_allocations(void) { allocations = 0; }
-long harness_allocations(void) { return allocations; }
+
+void harness_zero_allocations(void) {
+    pthread_mutex_lock(&tracker.mu);
+    tracker.count = 0;
+    tracker.peak_bytes = tracker.live_bytes;
+    pthread_mutex_unlock(&tracker.mu);
+}
+
+void harness_fail_allocation(long n) {
+    pthread_mutex_lock(&tracker.mu);
+    tracker.fail_at = n > 0 ? tracker.count + n : 0;
+    pthread_mutex_unlock(&tracker.mu);
+}
+
+#define READ_TRACKER(type, field)                                                                      \
+    type v;                                                                                            \
+    pthread_mutex_lock(&tracker.mu);                                                                   \
+    v = tracker.field;                                                                                 \
+    pthread_mutex_unlock(&tracker.mu);                                                                 \
+    return v
+
+long harness_allocations(void) { READ_TRACKER(long, count); }
+long harness_live_blocks(void) { READ_TRACKER(long, live); }
+size_t harness_live_bytes(void) { READ_TRACKER(size_t, live_bytes); }
+size_t harness_peak_bytes(void) { READ_TRACKER(size_t, peak_bytes); }
+
+/* ---- Allocation-failure sweeps. ---- */
+
+static bool sweep_step(const harness_sweep *sw, long k, long *made) {
+    long live0 = harness_live_blocks(), before;
+    kiln_status s = KILN_OK;
+    bool ok = true;
+    if (sw->setup && (s = sw->setup(sw->user)) != KILN_OK) {
+        harness_fail(__FILE__, __LINE__, "%s: setup failed: %s (%s)", sw->what, kiln_status_name(s),
+                     kiln_last_error());
+        return false;
+    }
+    before = harness_allocations();
+    harness_fail_allocation(k);
+    s = sw->op(sw->user);
+    *made = harness_allocations() - before;
+    harness_fail_allocation(0);
+    if (s != KILN_OK && s != KILN_E_NOMEM) {
+        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: %s, expected KILN_E_NOMEM (%s)", sw->what,
+                     k, kiln_status_name(s), kiln_last_error());
+        ok = false;
+    } else if (s == KILN_E_NOMEM && !strstr(kiln_last_error(), "out of memory")) {
+        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: the message \"%s\" does not say out of memory",
+                     sw->what, k, kiln_last_error());
+        ok = false;
+    } else if (s == KILN_OK && *made >= k && !sw->may_absorb) {
+        harness_fail(__FILE__, __LINE__, "%s: allocation %ld failed, yet the call succeeded", sw->what, k);
+        ok = false;
+    }
+    if (sw->teardown) sw->teardown(sw->user);
+    if (harness_live_blocks() != live0) {
+        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: %ld blocks (%zu bytes) left allocated",
+                     sw->what, k, harness_live_blocks() - live0, harness_live_bytes());
+        ok = false;
+    }
+    if (ok && s == KILN_OK && *made < k) *made = -*made - 1; /* done: every allocation has failed once */
+    return ok;
+}
+
+long harness_alloc_sweep(const harness_sweep *sw) {
+    harness_count_allocations();
+    for (long k = 1;; k++) {
+        long made = 0;
+        if (!sweep_step(sw, k, &made)) {
+            kiln_set_allocator(NULL);
+            return -1;
+        }
+        if (made < 0) {
+            kiln_set_allocator(NULL);
+            return -made - 1;
+        }
+    }
+}

@@ -12,6 +12,7 @@
 
 #include "kiln.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,11 +31,35 @@ const char *harness_data_path(const char *relative);
 /* Context parameters for tests: the defaults, with every graph pass verified when the test run sets
  * KILN_CHECK_PASSES=1 (tests/CMakeLists.txt does; the library itself reads no environment). */
 kiln_ctx_params harness_ctx_params(void);
-/* Install an allocator that counts every alloc and realloc (kiln_set_allocator(NULL) removes it), so a
- * test can pin that a step allocates nothing. */
-void harness_count_allocations(void);
-void harness_zero_allocations(void);
-long harness_allocations(void);
+/* The test allocator (kiln_set_allocator): counts every alloc and realloc, tracks the blocks and bytes
+ * live (by address: a block allocated before it was installed is freed untracked) and their peak, and
+ * can fail one chosen allocation. Thread-safe (the server engine allocates on its own thread).
+ * kiln_set_allocator(NULL) removes it. */
+void harness_count_allocations(void);  /* install; no failure armed; count and peak from now */
+void harness_zero_allocations(void);   /* count to 0, peak to the bytes live now */
+long harness_allocations(void);        /* allocs and reallocs since then */
+void harness_fail_allocation(long n);  /* fail the n-th allocation from now (1: the next); 0: none */
+long harness_live_blocks(void);
+size_t harness_live_bytes(void);
+size_t harness_peak_bytes(void);       /* the most bytes live at once since the last zero */
+
+/* An allocation-failure sweep: for k = 1, 2, ..., run setup (allocations working), then op with its k-th
+ * allocation failing, then teardown, which releases what both made. op must return KILN_E_NOMEM with a
+ * message that says "out of memory" (or KILN_OK when may_absorb: a failure Kiln works around, such as a
+ * smaller thread pool), and after teardown no block allocated since setup began may be live. The sweep
+ * ends with the first run that makes fewer than k allocations, so every allocation op makes has failed
+ * once and the last run, with a working allocator, must succeed. Returns the allocations op makes (the
+ * number of k swept), or -1 after a failed check; leaves the libc allocator installed. */
+typedef struct harness_sweep {
+    const char *what;
+    kiln_status (*setup)(void *user); /* or NULL */
+    kiln_status (*op)(void *user);
+    void (*teardown)(void *user);     /* or NULL */
+    void *user;
+    bool may_absorb;
+} harness_sweep;
+
+long harness_alloc_sweep(const harness_sweep *sweep);
 
 #define RUN(fn) harness_run(#fn, fn)
 

@@ -476,60 +476,41 @@ static void every_truncation_of_a_valid_file_is_rejected(void) {
     CHECK_EQ_INT(accepted, 0);
 }
 
+static kiln_gguf *swept;
+static const char *swept_path;
+
+static kiln_status open_base_from_memory(void *user) {
+    (void)user;
+    return kiln_gguf_open_memory(base, base_size, &swept);
+}
+
+static kiln_status open_base_from_file(void *user) {
+    (void)user;
+    return kiln_gguf_open(swept_path, &swept);
+}
+
+static void close_swept(void *user) {
+    (void)user;
+    kiln_gguf_close(swept);
+    swept = NULL;
+}
+
 static void every_allocation_failure_while_opening_is_reported_as_nomem(void) {
-    long k, needed;
-    kiln_gguf *g = NULL;
-    craft_alloc_install(0);
-    CHECK_OK(kiln_gguf_open_memory(base, base_size, &g));
-    kiln_gguf_close(g);
-    needed = craft_alloc_state.count;
-    CHECK(needed > 3);
-    for (k = 1; k <= needed + 1; k++) {
-        kiln_status s;
-        craft_alloc_install(k);
-        g = NULL;
-        s = kiln_gguf_open_memory(base, base_size, &g);
-        if (k <= needed) {
-            if (s != KILN_E_NOMEM)
-                harness_fail(__FILE__, __LINE__, "failing allocation %ld of %ld: %s (%s)", k, needed,
-                             kiln_status_name(s), kiln_last_error());
-            CHECK(g == NULL);
-        } else {
-            CHECK_OK(s);
-        }
-        kiln_gguf_close(g);
-        if (craft_alloc_state.live != 0)
-            harness_fail(__FILE__, __LINE__, "failing allocation %ld leaked %ld blocks", k,
-                         craft_alloc_state.live);
-    }
-    kiln_set_allocator(NULL);
+    harness_sweep sw = {"kiln_gguf_open_memory", NULL, open_base_from_memory, close_swept, NULL, false};
+    CHECK(harness_alloc_sweep(&sw) > 3);
 }
 
 static void every_allocation_failure_while_opening_a_file_is_reported_as_nomem(void) {
-    const char *path = KILN_TEST_TMP "/malformed_alloc.gguf";
-    FILE *f = fopen(path, "wb");
-    long k;
+    harness_sweep sw = {"kiln_gguf_open", NULL, open_base_from_file, close_swept, NULL, false};
+    FILE *f;
+    swept_path = KILN_TEST_TMP "/malformed_alloc.gguf";
+    f = fopen(swept_path, "wb");
     CHECK(f != NULL);
     if (!f) return;
     fwrite(base, 1, base_size, f);
     fclose(f);
-    for (k = 1;; k++) {
-        kiln_gguf *g = NULL;
-        kiln_status s;
-        craft_alloc_install(k);
-        s = kiln_gguf_open(path, &g);
-        kiln_gguf_close(g);
-        if (craft_alloc_state.live != 0) harness_fail(__FILE__, __LINE__, "allocation %ld leaked", k);
-        if (s == KILN_OK) break;
-        if (s != KILN_E_NOMEM) {
-            harness_fail(__FILE__, __LINE__, "failing allocation %ld: %s (%s)", k, kiln_status_name(s),
-                         kiln_last_error());
-            break;
-        }
-        CHECK_ERROR_MENTIONS("out of memory");
-    }
-    kiln_set_allocator(NULL);
-    remove(path);
+    CHECK(harness_alloc_sweep(&sw) > 3);
+    remove(swept_path);
 }
 
 int main(void) {

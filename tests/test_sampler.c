@@ -256,22 +256,6 @@ static void rejects_invalid_parameters(void) {
     kiln_sampler_destroy(NULL);
 }
 
-static int allocations;
-static void *counting_alloc(size_t size, void *user) {
-    (void)user;
-    allocations++;
-    return malloc(size);
-}
-static void *counting_realloc(void *ptr, size_t size, void *user) {
-    (void)user;
-    allocations++;
-    return realloc(ptr, size);
-}
-static void plain_free(void *ptr, void *user) {
-    (void)user;
-    free(ptr);
-}
-
 static void samples_without_allocating(void) {
     enum { N = 32000 };
     float *logits = malloc(N * sizeof *logits);
@@ -281,16 +265,14 @@ static void samples_without_allocating(void) {
     p.repeat_penalty = 1.1f;
     kiln_sampler *s = NULL;
     CHECK_OK(kiln_sampler_create(N, &p, &s));
-    kiln_allocator counting = {counting_alloc, counting_realloc, plain_free, NULL};
-    allocations = 0;
-    kiln_set_allocator(&counting);
+    harness_count_allocations();
     for (int i = 0; s && i < 50; i++) {
         int32_t tok = -1;
         CHECK_OK(kiln_sampler_sample(s, logits, &tok));
         kiln_sampler_accept(s, tok);
     }
+    CHECK_EQ_INT(harness_allocations(), 0);
     kiln_set_allocator(NULL);
-    CHECK_EQ_INT(allocations, 0);
     kiln_sampler_destroy(s);
     free(logits);
 }
