@@ -19,6 +19,14 @@ static bool oom(ks_api_error *err) {
     return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
 }
 
+/* A failed Kiln call on the request's text: the client's fault (400 naming param), unless the server ran
+ * out of memory (500). */
+static bool kiln_failed(ks_api_error *err, kiln_status st, const char *param, const char *what) {
+    if (st == KILN_E_NOMEM)
+        return ks_api_fail(err, 500, "server_error", NULL, NULL, "%s", kiln_last_error());
+    return ks_api_bad(err, param, "%s%s", what, kiln_last_error());
+}
+
 bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int32_t *n_ids, ks_api_error *err) {
     *ids = NULL;
@@ -26,15 +34,14 @@ bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t le
     bool bos = add_special && kiln_vocab_add_bos(model->vocab);
     size_t n = 0;
     kiln_status st = kiln_tokenize_special(model->vocab, text, len, bos, parse_special, NULL, 0, &n);
-    if (st != KILN_OK && st != KILN_E_RANGE)
-        return ks_api_bad(err, NULL, "the text could not be tokenized: %s", kiln_last_error());
+    if (st != KILN_OK && st != KILN_E_RANGE) return kiln_failed(err, st, NULL, "the text could not be tokenized: ");
     if (n > INT32_MAX / 2) return ks_api_bad(err, NULL, "the text has too many tokens (%zu)", n);
     int32_t *buf = malloc((n ? n : 1) * sizeof *buf);
     if (!buf) return oom(err);
     st = kiln_tokenize_special(model->vocab, text, len, bos, parse_special, buf, n, &n);
     if (st != KILN_OK) {
         free(buf);
-        return ks_api_bad(err, NULL, "the text could not be tokenized: %s", kiln_last_error());
+        return kiln_failed(err, st, NULL, "the text could not be tokenized: ");
     }
     *ids = buf;
     *n_ids = (int32_t)n;
@@ -117,13 +124,13 @@ static bool render(const kiln_chat_message *msgs, size_t n, const ks_api_model *
                    size_t *len, ks_api_error *err) {
     size_t need = 0;
     kiln_status st = kiln_chat_render(model->tmpl, msgs, n, true, NULL, 0, &need);
-    if (st != KILN_OK && st != KILN_E_RANGE) return ks_api_bad(err, "messages", "%s", kiln_last_error());
+    if (st != KILN_OK && st != KILN_E_RANGE) return kiln_failed(err, st, "messages", "");
     char *buf = malloc(need + 1);
     if (!buf) return oom(err);
     st = kiln_chat_render(model->tmpl, msgs, n, true, buf, need + 1, &need);
     if (st != KILN_OK) {
         free(buf);
-        return ks_api_bad(err, "messages", "%s", kiln_last_error());
+        return kiln_failed(err, st, "messages", "");
     }
     *text = buf;
     *len = need;

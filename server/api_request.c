@@ -27,6 +27,9 @@ bool ks_api_parse_json(const char *body, size_t len, json_t **out, ks_api_error 
     /* jansson rejects invalid UTF-8, "\u0000" in strings, integers beyond 64 bits, reals that overflow,
      * and nesting deeper than JSON_PARSER_MAX_DEPTH. */
     json_t *root = json_loadb(body, len, 0, &jerr);
+    /* Out of memory: jansson says so, or (when its lexer's first buffer fails) leaves the error empty. */
+    if (!root && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0]))
+        return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory while parsing the request body");
     if (!root)
         return ks_api_bad(err, NULL, "the request body is not valid JSON: %s (line %d, column %d)", jerr.text,
                           jerr.line, jerr.column);
