@@ -63,6 +63,25 @@ typedef struct kiln_allocator {
 void kiln_set_allocator(const kiln_allocator *allocator);
 
 /* ---------------------------------------------------------------------------------------------------
+ * Limits (the table with the reason for each is in docs/security.md). A GGUF file beyond a file limit is
+ * refused with KILN_E_FORMAT, a vocabulary or context length beyond its limit with KILN_E_FORMAT when it
+ * comes from the file and KILN_E_INVALID_ARG when a caller asks for it; each message names the limit.
+ * Within them, opening a file allocates at most a small multiple of its size (docs/security.md).
+ * ------------------------------------------------------------------------------------------------- */
+
+#define KILN_MAX_TENSORS 65536u              /* tensors in a GGUF file */
+#define KILN_MAX_KVS 65536u                  /* metadata key/value pairs in a GGUF file */
+#define KILN_MAX_METADATA_BYTES (256u << 20) /* bytes from the start of a GGUF file to the end of its
+                                              * tensor infos (header, metadata, tensor infos) */
+#define KILN_MAX_NAME_BYTES 65536u           /* a metadata key or tensor name */
+#define KILN_MAX_STRING_BYTES (16u << 20)    /* a string value, or one element of a string array */
+#define KILN_MAX_ARRAY_LEN (1u << 24)        /* elements of a metadata array */
+#define KILN_MAX_TENSOR_DIMS 4               /* dimensions of a tensor */
+#define KILN_MAX_VOCAB (1 << 20)             /* tokens in a vocabulary */
+#define KILN_MAX_CTX (1 << 24)               /* a model's context_length and kiln_ctx_params.n_ctx */
+#define KILN_MAX_BATCH (1 << 24)             /* kiln_batch_init capacity and kiln_ctx_params.n_batch */
+
+/* ---------------------------------------------------------------------------------------------------
  * Tensor element types. The numeric values are those of the GGUF/ggml specification.
  * ------------------------------------------------------------------------------------------------- */
 
@@ -509,8 +528,10 @@ typedef bool (*kiln_abort_fn)(void *user);
 typedef void (*kiln_log_fn)(void *user, const char *line);
 
 typedef struct kiln_ctx_params {
-    int32_t n_ctx;      /* KV-cache cells (tokens over all sequences); 0 = the model's context length */
-    int32_t n_batch;    /* most tokens one kiln_ctx_decode_batch takes; 0 = 512 */
+    int32_t n_ctx;      /* KV-cache cells (tokens over all sequences), at most KILN_MAX_CTX; 0 = the
+                         * model's context length (which a hostile file may set to KILN_MAX_CTX: a server
+                         * should choose n_ctx itself) */
+    int32_t n_batch;    /* most tokens one kiln_ctx_decode_batch takes, at most KILN_MAX_BATCH; 0 = 512 */
     int32_t n_seq_max;  /* sequence ids run 0 .. n_seq_max - 1 (at most KILN_SEQ_MAX); 0 = 1 */
     const char *passes; /* graph passes: "all" (NULL), "none", or a list such as "cse,dce" or "-fuse_qkv"
                          * (see docs/graph.md) */
@@ -537,7 +558,7 @@ kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *para
 void kiln_ctx_destroy(kiln_ctx *ctx);
 
 /* A batch of tokens, each of one sequence at one position, in the style of llama.cpp's llama_batch.
- * kiln_batch_init allocates the arrays for `capacity` tokens (1 .. 2^24); the caller fills them (or uses
+ * kiln_batch_init allocates the arrays for `capacity` tokens (1 .. KILN_MAX_BATCH); the caller fills them (or uses
  * kiln_batch_add) and sets n_tokens. */
 typedef struct kiln_batch {
     int32_t n_tokens;

@@ -45,8 +45,7 @@ size_t harness_peak_bytes(void);       /* the most bytes live at once since the 
 
 /* An allocation-failure sweep: for k = 1, 2, ..., run setup (allocations working), then op with its k-th
  * allocation failing, then teardown, which releases what both made. op must return KILN_E_NOMEM with a
- * message that says "out of memory" (or KILN_OK when may_absorb: a failure Kiln works around, such as a
- * smaller thread pool), and after teardown no block allocated since setup began may be live. The sweep
+ * message that says "out of memory", and after teardown no block allocated since setup began may be live. The sweep
  * ends with the first run that makes fewer than k allocations, so every allocation op makes has failed
  * once and the last run, with a working allocator, must succeed. Returns the allocations op makes (the
  * number of k swept), or -1 after a failed check; leaves the libc allocator installed. */
@@ -56,7 +55,6 @@ typedef struct harness_sweep {
     kiln_status (*op)(void *user);
     void (*teardown)(void *user);     /* or NULL */
     void *user;
-    bool may_absorb;
 } harness_sweep;
 
 long harness_alloc_sweep(const harness_sweep *sweep);

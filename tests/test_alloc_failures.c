@@ -116,15 +116,15 @@ static kiln_status quantize(void *user) {
     return kiln_quantize_file(KILN_MODEL_PATH, quantized_path(), &p, NULL, NULL);
 }
 
-static long sweep(const char *what, kiln_status (*setup)(void *), kiln_status (*op)(void *), bool may_absorb) {
-    harness_sweep sw = {what, setup, op, teardown, NULL, may_absorb};
+static long sweep(const char *what, kiln_status (*setup)(void *), kiln_status (*op)(void *)) {
+    harness_sweep sw = {what, setup, op, teardown, NULL};
     long n = harness_alloc_sweep(&sw);
     printf("     %s: %ld allocations failed in turn\n", what, n);
     return n;
 }
 
 static void every_allocation_of_kiln_model_load_fails_cleanly(void) {
-    CHECK(sweep("kiln_model_load", NULL, load_model, false) > 10);
+    CHECK(sweep("kiln_model_load", NULL, load_model) > 10);
 }
 
 /* Two threads and the CPU backend named: the thread pool's own allocations are in the sweep too. */
@@ -132,22 +132,21 @@ static void every_allocation_of_kiln_model_load_ex_fails_cleanly(void) {
     s.model_params = kiln_model_params_default();
     s.model_params.n_threads = 2;
     s.model_params.devices = "cpu";
-    CHECK(sweep("kiln_model_load_ex", NULL, load_model_ex, false) > 10);
+    CHECK(sweep("kiln_model_load_ex", NULL, load_model_ex) > 10);
 }
 
 static void every_allocation_of_kiln_ctx_create_fails_cleanly(void) {
-    CHECK(sweep("kiln_ctx_create", load_model, create_ctx, false) > 3);
+    CHECK(sweep("kiln_ctx_create", load_model, create_ctx) > 3);
 }
 
 /* The first decode compiles the plan for its bucket and prepares the model's weights for the kernels:
  * a failure in either must leave the context and the model as they were. */
 static void every_allocation_of_the_first_decode_fails_cleanly(void) {
-    CHECK(sweep("the first kiln_ctx_decode", load_model_and_create_ctx, decode_prompt, false) > 3);
+    CHECK(sweep("the first kiln_ctx_decode", load_model_and_create_ctx, decode_prompt) > 3);
 }
 
 static void every_allocation_of_a_batch_of_three_sequences_fails_cleanly(void) {
-    CHECK(sweep("kiln_ctx_decode_batch, 3 sequences", load_model_and_create_ctx, decode_three_sequences,
-                false) > 3);
+    CHECK(sweep("kiln_ctx_decode_batch, 3 sequences", load_model_and_create_ctx, decode_three_sequences) > 3);
 }
 
 /* After every failure of the first decode the same context decodes correctly: the failed calls changed
@@ -196,11 +195,11 @@ static void a_context_decodes_correctly_after_failed_decodes(void) {
 }
 
 static void every_allocation_of_kiln_vocab_create_fails_cleanly(void) {
-    CHECK(sweep("kiln_vocab_create + kiln_tokenize", open_model_file, create_vocab, false) > 3);
+    CHECK(sweep("kiln_vocab_create + kiln_tokenize", open_model_file, create_vocab) > 3);
 }
 
 static void every_allocation_of_kiln_sampler_create_fails_cleanly(void) {
-    CHECK(sweep("kiln_sampler_create", NULL, create_sampler, false) >= 1);
+    CHECK(sweep("kiln_sampler_create", NULL, create_sampler) >= 1);
 }
 
 /* A failed quantization leaves no output (the writer renames a finished temporary file into place). */

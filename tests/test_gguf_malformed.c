@@ -496,12 +496,12 @@ static void close_swept(void *user) {
 }
 
 static void every_allocation_failure_while_opening_is_reported_as_nomem(void) {
-    harness_sweep sw = {"kiln_gguf_open_memory", NULL, open_base_from_memory, close_swept, NULL, false};
+    harness_sweep sw = {"kiln_gguf_open_memory", NULL, open_base_from_memory, close_swept, NULL};
     CHECK(harness_alloc_sweep(&sw) > 3);
 }
 
 static void every_allocation_failure_while_opening_a_file_is_reported_as_nomem(void) {
-    harness_sweep sw = {"kiln_gguf_open", NULL, open_base_from_file, close_swept, NULL, false};
+    harness_sweep sw = {"kiln_gguf_open", NULL, open_base_from_file, close_swept, NULL};
     FILE *f;
     swept_path = KILN_TEST_TMP "/malformed_alloc.gguf";
     f = fopen(swept_path, "wb");

@@ -406,7 +406,7 @@ static void destroy_writer(void *user) {
 }
 
 static void every_allocation_failure_while_writing_is_reported_as_nomem(void) {
-    harness_sweep sw = {"the GGUF writer", NULL, create_add_and_write, destroy_writer, NULL, false};
+    harness_sweep sw = {"the GGUF writer", NULL, create_add_and_write, destroy_writer, NULL};
     CHECK(harness_alloc_sweep(&sw) > 3);
 }
 

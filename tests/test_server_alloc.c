@@ -115,7 +115,7 @@ static char *choices_of(const char *json) {
 }
 
 static void every_allocation_of_a_chat_completion_fails_cleanly(void) {
-    harness_sweep sw = {"a chat completion through the server", NULL, run_request, release_request, NULL, false};
+    harness_sweep sw = {"a chat completion through the server", NULL, run_request, release_request, NULL};
     char *want, *got;
     long n;
     CHECK_OK(run_request(NULL));

@@ -250,6 +250,30 @@ static void a_prompt_over_the_context_is_context_length_exceeded(void) {
     CHECK(strstr(err.message, "maximum context length is 256") != NULL);
 }
 
+/* One past each request limit of api.h (the body limit is http.c's: tests/server/test_malformed_requests.py;
+ * n and the stop count are among the malformed cases above). */
+static void requests_one_past_each_limit_are_refused(void) {
+    ks_api_request r;
+    ks_api_error err;
+    size_t cap = (KS_API_MAX_MESSAGES + 1) * 40 + 64, n;
+    char *body = malloc(cap);
+    n = (size_t)snprintf(body, cap, "{\"messages\":[");
+    for (int i = 0; i <= KS_API_MAX_MESSAGES; i++)
+        n += (size_t)snprintf(body + n, cap - n, "%s{\"role\":\"user\",\"content\":\"x\"}", i ? "," : "");
+    snprintf(body + n, cap - n, "]}");
+    CHECK(!parse(KS_API_CHAT, body, &r, &err));
+    CHECK_EQ_INT(err.status, 400);
+    CHECK_STR(err.param, "messages");
+    CHECK(strstr(err.message, "'messages' has 4097 messages; at most 4096 are allowed") != NULL);
+    n = (size_t)snprintf(body, cap, "{\"prompt\":\"x\",\"stop\":\"");
+    memset(body + n, 'a', KS_API_MAX_STOP_LEN + 1);
+    snprintf(body + n + KS_API_MAX_STOP_LEN + 1, cap - n - KS_API_MAX_STOP_LEN - 1, "\"}");
+    CHECK(!parse(KS_API_COMPLETION, body, &r, &err));
+    CHECK_STR(err.param, "stop");
+    CHECK(strstr(err.message, "1 to 256 bytes long; one is 257") != NULL);
+    free(body);
+}
+
 static void errors_use_openais_envelope(void) {
     ks_api_error err;
     CHECK(!ks_api_bad(&err, "temperature", "bad %s \xe2\x82", "value")); /* a cut character becomes '?' */
@@ -460,6 +484,7 @@ int main(void) {
     RUN(malformed_requests_are_refused_naming_the_field);
     RUN(bytes_that_are_not_utf8_or_nest_too_deep_are_refused);
     RUN(a_prompt_over_the_context_is_context_length_exceeded);
+    RUN(requests_one_past_each_limit_are_refused);
     RUN(errors_use_openais_envelope);
     RUN(a_chat_response_has_choices_usage_and_logprobs);
     RUN(a_chat_stream_is_openais_sequence_of_chunks);

@@ -301,7 +301,7 @@ static void reports_every_allocation_failure(void) {
     /* Build the file image once with the normal allocator, then fail each later allocation in turn. */
     spec s = small_spec();
     void *mem = NULL;
-    harness_sweep sw = {"kiln_vocab_create + kiln_tokenize", NULL, vocab_and_tokenize, destroy_vocab, NULL, false};
+    harness_sweep sw = {"kiln_vocab_create + kiln_tokenize", NULL, vocab_and_tokenize, destroy_vocab, NULL};
     CHECK_OK(build_image(&s, &mem, &swept.size));
     if (!mem) return;
     swept.image = mem;

@@ -1,6 +1,6 @@
 /*
  * gguf_internal.h - what the GGUF reader and writer share: the layout of an open file (struct kiln_gguf),
- * the limits Kiln enforces, little-endian decoding, the value-type table, a name index (hash table used
+ * the smallest encodings (the limits themselves are public, in kiln.h), little-endian decoding, the value-type table, a name index (hash table used
  * for lookups and duplicate detection) and a small arena for NUL-terminated name copies.
  *
  * The format as Kiln reads and writes it, and every validation rule, are described in docs/gguf.md.
@@ -17,8 +17,6 @@
 #define KILN__GGUF_MAGIC_LEN 4
 #define KILN__GGUF_DEFAULT_ALIGNMENT 32u
 #define KILN__GGUF_MAX_ALIGNMENT 0x80000000u /* the largest power of two a UINT32 can hold */
-#define KILN__GGUF_MAX_NAME 65536u           /* longest key or tensor name, in bytes */
-#define KILN__GGUF_MAX_DIMS 4
 
 /* Smallest possible encodings, used to reject counts the remaining bytes cannot hold before allocating:
  * a kv is a key length (8), a key of at least one byte, a value type (4) and a value of at least one

@@ -3,7 +3,8 @@
  *
  * Every field is read through a bounds-checked cursor and validated before it is used: the magic and
  * version, the kv and tensor counts against the bytes remaining (before anything is allocated for
- * them), every length, every value and element type, general.alignment, and each tensor's name, shape,
+ * them) and the limits of kiln.h (KILN_MAX_*), every length (names, strings, arrays: against the bytes
+ * remaining, then the limits), the bytes before the data section, every value and element type, general.alignment, and each tensor's name, shape,
  * type, byte size, offset alignment and bounds. Arithmetic on values from the file is overflow-checked.
  * Each failure returns a status and a message naming the field, its value and its byte offset. The
  * rules are listed in docs/gguf.md. Nothing here reads past g->base + g->size.
@@ -107,10 +108,17 @@ static kiln_status parse_header(kiln_gguf *g, cursor *c, uint64_t *n_tensors, ui
                            "tensor count %llu at byte offset 8 cannot fit in the %zu bytes remaining "
                            "(each tensor info needs at least %u)",
                            (unsigned long long)*n_tensors, left(c), KILN__GGUF_MIN_TENSOR_BYTES);
+    if (*n_kv > KILN_MAX_KVS)
+        return kiln__error(KILN_E_FORMAT, "kv count %llu at byte offset 16 exceeds the limit of %u (KILN_MAX_KVS)",
+                           (unsigned long long)*n_kv, KILN_MAX_KVS);
+    if (*n_tensors > KILN_MAX_TENSORS)
+        return kiln__error(KILN_E_FORMAT,
+                           "tensor count %llu at byte offset 8 exceeds the limit of %u (KILN_MAX_TENSORS)",
+                           (unsigned long long)*n_tensors, KILN_MAX_TENSORS);
     return KILN_OK;
 }
 
-/* A key or tensor name: u64 length, then that many bytes; non-empty, at most KILN__GGUF_MAX_NAME bytes,
+/* A key or tensor name: u64 length, then that many bytes; non-empty, at most KILN_MAX_NAME_BYTES bytes,
  * without NUL bytes. `what` is "kv" or "tensor", `field` "key" or "name". */
 static kiln_status read_name(cursor *c, const char *what, const char *field, int64_t i, const char **name,
                              size_t *len) {
@@ -121,10 +129,10 @@ static kiln_status read_name(cursor *c, const char *what, const char *field, int
     if (n == 0)
         return kiln__error(KILN_E_FORMAT, "%s %lld at byte offset %zu has an empty %s", what, (long long)i,
                            at, field);
-    if (n > KILN__GGUF_MAX_NAME)
+    if (n > KILN_MAX_NAME_BYTES)
         return kiln__error(KILN_E_FORMAT,
                            "%s %lld at byte offset %zu: %s length %llu exceeds the limit of %u bytes", what,
-                           (long long)i, at, field, (unsigned long long)n, KILN__GGUF_MAX_NAME);
+                           (long long)i, at, field, (unsigned long long)n, KILN_MAX_NAME_BYTES);
     if (!take(c, (size_t)n, &p))
         return kiln__error(KILN_E_FORMAT,
                            "%s %lld at byte offset %zu: %s length %llu exceeds the %zu bytes remaining", what,
@@ -158,6 +166,11 @@ static kiln_status parse_string(cursor *c, kiln__gguf_kv *kv) {
             KILN_E_FORMAT,
             "key '%.200s': string length %llu at byte offset %zu exceeds the %zu bytes remaining", kv->key,
             (unsigned long long)n, at, left(c));
+    if (n > KILN_MAX_STRING_BYTES)
+        return kiln__error(KILN_E_FORMAT,
+                           "key '%.200s': string length %llu at byte offset %zu exceeds the limit of %u bytes "
+                           "(KILN_MAX_STRING_BYTES)",
+                           kv->key, (unsigned long long)n, at, KILN_MAX_STRING_BYTES);
     kv->str_len = n;
     return KILN_OK;
 }
@@ -177,9 +190,23 @@ static kiln_status walk_strings(cursor *c, const kiln__gguf_kv *kv, uint64_t n, 
                 "key '%.200s': string %llu has length %llu at byte offset %zu, exceeding the %zu "
                 "bytes remaining",
                 kv->key, (unsigned long long)j, (unsigned long long)len, at, left(c));
+        if (len > KILN_MAX_STRING_BYTES)
+            return kiln__error(KILN_E_FORMAT,
+                               "key '%.200s': string %llu has length %llu at byte offset %zu, over the limit of "
+                               "%u bytes (KILN_MAX_STRING_BYTES)",
+                               kv->key, (unsigned long long)j, (unsigned long long)len, at, KILN_MAX_STRING_BYTES);
         if (strs) strs[j] = (kiln_str){(const char *)p, (size_t)len};
     }
     return KILN_OK;
+}
+
+/* An array that fits in the bytes remaining may still be longer than KILN_MAX_ARRAY_LEN. */
+static kiln_status check_array_len(const kiln__gguf_kv *kv, size_t at) {
+    if (kv->arr_len <= KILN_MAX_ARRAY_LEN) return KILN_OK;
+    return kiln__error(KILN_E_FORMAT,
+                       "key '%.200s': array length %llu at byte offset %zu exceeds the limit of %u elements "
+                       "(KILN_MAX_ARRAY_LEN)",
+                       kv->key, (unsigned long long)kv->arr_len, at, KILN_MAX_ARRAY_LEN);
 }
 
 static kiln_status parse_string_array(kiln_gguf *g, cursor *c, kiln__gguf_kv *kv, size_t at) {
@@ -192,6 +219,7 @@ static kiln_status parse_string_array(kiln_gguf *g, cursor *c, kiln__gguf_kv *kv
             "key '%.200s': array of %llu strings at byte offset %zu cannot fit in the %zu bytes "
             "remaining (each needs at least %u)",
             kv->key, (unsigned long long)kv->arr_len, at, left(c), KILN__GGUF_MIN_STRING_BYTES);
+    if ((s = check_array_len(kv, at))) return s;
     s = walk_strings(c, kv, kv->arr_len, NULL);
     if (s) return s;
     if (kiln__mul_overflow_size((size_t)kv->arr_len, sizeof(kiln_str), &bytes))
@@ -205,12 +233,14 @@ static kiln_status parse_numeric_array(kiln_gguf *g, cursor *c, kiln__gguf_kv *k
     size_t elem = kiln__gguf_type_size(kv->arr_type);
     uint64_t bytes;
     const uint8_t *p;
+    kiln_status s;
     if (kiln__mul_overflow_u64(kv->arr_len, elem, &bytes) || bytes > left(c))
         return kiln__error(
             KILN_E_FORMAT,
             "key '%.200s': array of %llu %s elements at byte offset %zu does not fit in the %zu "
             "bytes remaining",
             kv->key, (unsigned long long)kv->arr_len, kiln__gguf_type_name(kv->arr_type), at, left(c));
+    if ((s = check_array_len(kv, at))) return s;
     take(c, (size_t)bytes, &p);
     if (kv->arr_type == KILN_GGUF_BOOL) {
         for (uint64_t j = 0; j < kv->arr_len; j++)
@@ -304,12 +334,12 @@ static kiln_status parse_shape(cursor *c, kiln_tensor_info *t) {
     uint32_t n_dims;
     int64_t count = 1;
     if (!take_u32(c, &n_dims)) return truncated(c, 4, "n_dims of tensor '%.200s'", t->name);
-    if (n_dims < 1 || n_dims > KILN__GGUF_MAX_DIMS)
+    if (n_dims < 1 || n_dims > KILN_MAX_TENSOR_DIMS)
         return kiln__error(KILN_E_FORMAT,
                            "tensor '%.200s': n_dims %u at byte offset %zu is out of range 1..%d", t->name,
-                           n_dims, c->pos - 4, KILN__GGUF_MAX_DIMS);
+                           n_dims, c->pos - 4, KILN_MAX_TENSOR_DIMS);
     t->n_dims = (int32_t)n_dims;
-    for (int d = 0; d < KILN__GGUF_MAX_DIMS; d++)
+    for (int d = 0; d < KILN_MAX_TENSOR_DIMS; d++)
         t->ne[d] = 1;
     for (int d = 0; d < (int)n_dims; d++) {
         uint64_t ne;
@@ -404,6 +434,15 @@ static kiln_status place_data(kiln_gguf *g, size_t header_end) {
     return KILN_OK;
 }
 
+/* Everything before the data section stays within KILN_MAX_METADATA_BYTES. */
+static kiln_status check_metadata_bytes(const cursor *c, const char *what, int64_t i) {
+    if (c->pos <= KILN_MAX_METADATA_BYTES) return KILN_OK;
+    return kiln__error(KILN_E_FORMAT,
+                       "%s %lld ends at byte offset %zu, past the limit of %u bytes for the header, metadata "
+                       "and tensor infos (KILN_MAX_METADATA_BYTES)",
+                       what, (long long)i, c->pos, KILN_MAX_METADATA_BYTES);
+}
+
 kiln_status kiln__gguf_parse(kiln_gguf *g) {
     cursor c = {g->base, g->size, 0};
     uint64_t n_tensors = 0, n_kv = 0;
@@ -417,6 +456,7 @@ kiln_status kiln__gguf_parse(kiln_gguf *g) {
         memset(&g->kvs[i], 0, sizeof g->kvs[i]);
         g->n_kv = i + 1;
         s = parse_kv(g, &c, i);
+        if (!s) s = check_metadata_bytes(&c, "kv", i);
         if (s) return s;
     }
     if (n_tensors > left(&c) / KILN__GGUF_MIN_TENSOR_BYTES)
@@ -432,6 +472,7 @@ kiln_status kiln__gguf_parse(kiln_gguf *g) {
         memset(&g->tensors[i], 0, sizeof g->tensors[i]);
         g->n_tensors = i + 1;
         s = parse_tensor_info(g, &c, i);
+        if (!s) s = check_metadata_bytes(&c, "tensor info", i);
         if (s) return s;
     }
     return place_data(g, c.pos);

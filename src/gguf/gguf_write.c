@@ -100,9 +100,9 @@ static kiln_status check_key(const kiln_gguf_writer *w, const char *key, kiln_gg
     if (!w || !key) return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: NULL writer or key");
     len = strlen(key);
     if (len == 0) return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: empty key");
-    if (len > KILN__GGUF_MAX_NAME)
+    if (len > KILN_MAX_NAME_BYTES)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: key of %zu bytes exceeds the limit of %u", len,
-                           KILN__GGUF_MAX_NAME);
+                           KILN_MAX_NAME_BYTES);
     if (kiln__gguf_index_find(&w->keys, key, len) >= 0)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: duplicate key '%s'", key);
     if (strcmp(key, "general.alignment") == 0) {
@@ -272,15 +272,15 @@ kiln_status kiln_gguf_writer_add_tensor(kiln_gguf_writer *w, const char *name, k
     kiln_status s;
     if (!w || !name || !ne) return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: NULL writer, name or shape");
     t.name_len = strlen(name);
-    if (t.name_len == 0 || t.name_len > KILN__GGUF_MAX_NAME)
+    if (t.name_len == 0 || t.name_len > KILN_MAX_NAME_BYTES)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: tensor name length %zu is not in 1..%u",
-                           t.name_len, KILN__GGUF_MAX_NAME);
+                           t.name_len, KILN_MAX_NAME_BYTES);
     if (kiln__gguf_index_find(&w->names, name, t.name_len) >= 0)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: duplicate tensor name '%s'", name);
     if (kiln_type_get_traits((int32_t)type, &tr) != KILN_OK)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: tensor '%s' has unknown type %d", name,
                            (int)type);
-    if (n_dims < 1 || n_dims > KILN__GGUF_MAX_DIMS)
+    if (n_dims < 1 || n_dims > KILN_MAX_TENSOR_DIMS)
         return kiln__error(KILN_E_INVALID_ARG, "GGUF writer: tensor '%s': n_dims %d is not in 1..4", name,
                            n_dims);
     for (int d = 0; d < 4; d++) {

@@ -135,7 +135,7 @@ static kiln_status read_head_dim(const kiln_gguf *g, const char *arch, kiln_hpar
 kiln_status kiln__hparams_read(const kiln_gguf *g, const char *arch, kiln_hparams *hp) {
     kiln_status s;
     float ln_eps = 1e-5f;
-    if ((s = read_int(g, arch, "context_length", true, 0, 1, MAX_DIM, &hp->n_ctx_train)) ||
+    if ((s = read_int(g, arch, "context_length", true, 0, 1, KILN_MAX_CTX, &hp->n_ctx_train)) ||
         (s = read_int(g, arch, "embedding_length", true, 0, 1, MAX_DIM, &hp->n_embd)) ||
         (s = read_int(g, arch, "block_count", true, 0, 1, 4096, &hp->n_layer)) ||
         (s = read_int(g, arch, "feed_forward_length", true, 0, 1, MAX_DIM, &hp->n_ff)) ||
