@@ -257,7 +257,8 @@ int cmd_batched_bench(int argc, char **argv) {
     for (int k = 0; k < o.n_npl; k++)
         if (o.npl[k] > max_pl) max_pl = o.npl[k];
     if (!o.n_ctx && largest > KILN_MAX_CTX)
-        return cli_usage_error("batched-bench", "the largest case needs %lld cells, more than KILN_MAX_CTX (%d)",
+        return cli_usage_error("batched-bench",
+                               "the largest case needs %lld cells, more than KILN_MAX_CTX (%d)",
                                (long long)largest, KILN_MAX_CTX);
     if ((rc = cli_model_load("batched-bench", o.model, &o.engine, NULL, &m))) return rc;
     cp = cli_ctx_params(&o.engine);

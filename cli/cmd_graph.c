@@ -55,7 +55,8 @@ int cmd_graph(int argc, char **argv) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--tokens")) ok = cli_arg_int("graph", argc, argv, &i, 1, 1 << 20, &n_tokens);
         else if (!strcmp(a, "--outputs"))
             ok = cli_arg_int("graph", argc, argv, &i, 1, 1 << 20, &n_outputs);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_arg_int("graph", argc, argv, &i, 1, KILN_MAX_CTX, &n_ctx);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+            ok = cli_arg_int("graph", argc, argv, &i, 1, KILN_MAX_CTX, &n_ctx);
         else if (!strcmp(a, "--passes")) ok = cli_arg_str("graph", argc, argv, &i, &engine.passes);
         else if (!strcmp(a, "--devices")) ok = cli_arg_str("graph", argc, argv, &i, &engine.devices);
         else if (!strcmp(a, "--cpu")) ok = cli_arg_str("graph", argc, argv, &i, &engine.cpu);

@@ -71,8 +71,7 @@ void kiln_set_allocator(const kiln_allocator *allocator);
 
 #define KILN_MAX_TENSORS 65536u              /* tensors in a GGUF file */
 #define KILN_MAX_KVS 65536u                  /* metadata key/value pairs in a GGUF file */
-#define KILN_MAX_METADATA_BYTES (256u << 20) /* bytes from the start of a GGUF file to the end of its
-                                              * tensor infos (header, metadata, tensor infos) */
+#define KILN_MAX_METADATA_BYTES (256u << 20) /* header, metadata and tensor infos of a GGUF file */
 #define KILN_MAX_NAME_BYTES 65536u           /* a metadata key or tensor name */
 #define KILN_MAX_STRING_BYTES (16u << 20)    /* a string value, or one element of a string array */
 #define KILN_MAX_ARRAY_LEN (1u << 24)        /* elements of a metadata array */
@@ -558,8 +557,8 @@ kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *para
 void kiln_ctx_destroy(kiln_ctx *ctx);
 
 /* A batch of tokens, each of one sequence at one position, in the style of llama.cpp's llama_batch.
- * kiln_batch_init allocates the arrays for `capacity` tokens (1 .. KILN_MAX_BATCH); the caller fills them (or uses
- * kiln_batch_add) and sets n_tokens. */
+ * kiln_batch_init allocates the arrays for `capacity` tokens (1 .. KILN_MAX_BATCH); the caller fills
+ * them (or uses kiln_batch_add) and sets n_tokens. */
 typedef struct kiln_batch {
     int32_t n_tokens;
     int32_t capacity;

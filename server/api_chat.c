@@ -22,8 +22,7 @@ static bool oom(ks_api_error *err) {
 /* A failed Kiln call on the request's text: the client's fault (400 naming param), unless the server ran
  * out of memory (500). */
 static bool kiln_failed(ks_api_error *err, kiln_status st, const char *param, const char *what) {
-    if (st == KILN_E_NOMEM)
-        return ks_api_fail(err, 500, "server_error", NULL, NULL, "%s", kiln_last_error());
+    if (st == KILN_E_NOMEM) return ks_api_fail(err, 500, "server_error", NULL, NULL, "%s", kiln_last_error());
     return ks_api_bad(err, param, "%s%s", what, kiln_last_error());
 }
 
@@ -34,7 +33,8 @@ bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t le
     bool bos = add_special && kiln_vocab_add_bos(model->vocab);
     size_t n = 0;
     kiln_status st = kiln_tokenize_special(model->vocab, text, len, bos, parse_special, NULL, 0, &n);
-    if (st != KILN_OK && st != KILN_E_RANGE) return kiln_failed(err, st, NULL, "the text could not be tokenized: ");
+    if (st != KILN_OK && st != KILN_E_RANGE)
+        return kiln_failed(err, st, NULL, "the text could not be tokenized: ");
     if (n > INT32_MAX / 2) return ks_api_bad(err, NULL, "the text has too many tokens (%zu)", n);
     int32_t *buf = malloc((n ? n : 1) * sizeof *buf);
     if (!buf) return oom(err);

@@ -29,7 +29,8 @@ bool ks_api_parse_json(const char *body, size_t len, json_t **out, ks_api_error 
     json_t *root = json_loadb(body, len, 0, &jerr);
     /* Out of memory: jansson says so, or (when its lexer's first buffer fails) leaves the error empty. */
     if (!root && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0]))
-        return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory while parsing the request body");
+        return ks_api_fail(err, 500, "server_error", NULL, NULL,
+                           "out of memory while parsing the request body");
     if (!root)
         return ks_api_bad(err, NULL, "the request body is not valid JSON: %s (line %d, column %d)", jerr.text,
                           jerr.line, jerr.column);

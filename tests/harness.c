@@ -220,17 +220,25 @@ void harness_fail_allocation(long n) {
     pthread_mutex_unlock(&tracker.mu);
 }
 
-#define READ_TRACKER(type, field)                                                                      \
-    type v;                                                                                            \
-    pthread_mutex_lock(&tracker.mu);                                                                   \
-    v = tracker.field;                                                                                 \
-    pthread_mutex_unlock(&tracker.mu);                                                                 \
+#define READ_TRACKER(type, field)                                                                            \
+    type v;                                                                                                  \
+    pthread_mutex_lock(&tracker.mu);                                                                         \
+    v = tracker.field;                                                                                       \
+    pthread_mutex_unlock(&tracker.mu);                                                                       \
     return v
 
-long harness_allocations(void) { READ_TRACKER(long, count); }
-long harness_live_blocks(void) { READ_TRACKER(long, live); }
-size_t harness_live_bytes(void) { READ_TRACKER(size_t, live_bytes); }
-size_t harness_peak_bytes(void) { READ_TRACKER(size_t, peak_bytes); }
+long harness_allocations(void) {
+    READ_TRACKER(long, count);
+}
+long harness_live_blocks(void) {
+    READ_TRACKER(long, live);
+}
+size_t harness_live_bytes(void) {
+    READ_TRACKER(size_t, live_bytes);
+}
+size_t harness_peak_bytes(void) {
+    READ_TRACKER(size_t, peak_bytes);
+}
 
 /* ---- Allocation-failure sweeps. ---- */
 
@@ -249,12 +257,13 @@ static bool sweep_step(const harness_sweep *sw, long k, long *made) {
     *made = harness_allocations() - before;
     harness_fail_allocation(0);
     if (s != KILN_OK && s != KILN_E_NOMEM) {
-        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: %s, expected KILN_E_NOMEM (%s)", sw->what,
-                     k, kiln_status_name(s), kiln_last_error());
+        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: %s, expected KILN_E_NOMEM (%s)",
+                     sw->what, k, kiln_status_name(s), kiln_last_error());
         ok = false;
     } else if (s == KILN_E_NOMEM && !strstr(kiln_last_error(), "out of memory")) {
-        harness_fail(__FILE__, __LINE__, "%s, allocation %ld failing: the message \"%s\" does not say out of memory",
-                     sw->what, k, kiln_last_error());
+        harness_fail(__FILE__, __LINE__,
+                     "%s, allocation %ld failing: the message \"%s\" does not say out of memory", sw->what, k,
+                     kiln_last_error());
         ok = false;
     } else if (s == KILN_OK && *made >= k) {
         harness_fail(__FILE__, __LINE__, "%s: allocation %ld failed, yet the call succeeded", sw->what, k);

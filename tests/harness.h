@@ -35,25 +35,25 @@ kiln_ctx_params harness_ctx_params(void);
  * live (by address: a block allocated before it was installed is freed untracked) and their peak, and
  * can fail one chosen allocation. Thread-safe (the server engine allocates on its own thread).
  * kiln_set_allocator(NULL) removes it. */
-void harness_count_allocations(void);  /* install; no failure armed; count and peak from now */
-void harness_zero_allocations(void);   /* count to 0, peak to the bytes live now */
-long harness_allocations(void);        /* allocs and reallocs since then */
-void harness_fail_allocation(long n);  /* fail the n-th allocation from now (1: the next); 0: none */
+void harness_count_allocations(void); /* install; no failure armed; count and peak from now */
+void harness_zero_allocations(void);  /* count to 0, peak to the bytes live now */
+long harness_allocations(void);       /* allocs and reallocs since then */
+void harness_fail_allocation(long n); /* fail the n-th allocation from now (1: the next); 0: none */
 long harness_live_blocks(void);
 size_t harness_live_bytes(void);
-size_t harness_peak_bytes(void);       /* the most bytes live at once since the last zero */
+size_t harness_peak_bytes(void); /* the most bytes live at once since the last zero */
 
 /* An allocation-failure sweep: for k = 1, 2, ..., run setup (allocations working), then op with its k-th
  * allocation failing, then teardown, which releases what both made. op must return KILN_E_NOMEM with a
- * message that says "out of memory", and after teardown no block allocated since setup began may be live. The sweep
- * ends with the first run that makes fewer than k allocations, so every allocation op makes has failed
+ * message that says "out of memory", and after teardown no block allocated since setup began may be live. The
+ * sweep ends with the first run that makes fewer than k allocations, so every allocation op makes has failed
  * once and the last run, with a working allocator, must succeed. Returns the allocations op makes (the
  * number of k swept), or -1 after a failed check; leaves the libc allocator installed. */
 typedef struct harness_sweep {
     const char *what;
     kiln_status (*setup)(void *user); /* or NULL */
     kiln_status (*op)(void *user);
-    void (*teardown)(void *user);     /* or NULL */
+    void (*teardown)(void *user); /* or NULL */
     void *user;
 } harness_sweep;
 

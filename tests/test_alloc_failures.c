@@ -107,7 +107,9 @@ static kiln_status create_sampler(void *user) {
     return kiln_sampler_create(512, &p, &s.sampler);
 }
 
-static const char *quantized_path(void) { return KILN_TEST_TMP "/alloc_failures_q8.gguf"; }
+static const char *quantized_path(void) {
+    return KILN_TEST_TMP "/alloc_failures_q8.gguf";
+}
 
 static kiln_status quantize(void *user) {
     kiln_quantize_params p = kiln_quantize_params_default();
@@ -212,7 +214,8 @@ static void every_allocation_of_kiln_quantize_file_fails_cleanly_and_leaves_no_f
         st = quantize(NULL);
         harness_fail_allocation(0);
         if (harness_live_blocks() != 0)
-            harness_fail(__FILE__, __LINE__, "allocation %ld failing: %ld blocks left", k, harness_live_blocks());
+            harness_fail(__FILE__, __LINE__, "allocation %ld failing: %ld blocks left", k,
+                         harness_live_blocks());
         if (st == KILN_OK) {
             CHECK(harness_allocations() < k);
             CHECK(access(quantized_path(), F_OK) == 0);

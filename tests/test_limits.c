@@ -87,7 +87,8 @@ static void a_tensor_count_one_past_kiln_max_tensors_is_refused(void) {
     uint8_t *p;
     put_header(&im, KILN_MAX_TENSORS + 1ull, 0);
     p = with_zeros(&im, (KILN_MAX_TENSORS + 1ull) * 40, &size); /* room enough for every tensor info */
-    expect_refused(p, size, "tensor count 65537 at byte offset 8 exceeds the limit of 65536 (KILN_MAX_TENSORS)");
+    expect_refused(p, size,
+                   "tensor count 65537 at byte offset 8 exceeds the limit of 65536 (KILN_MAX_TENSORS)");
     free(p);
     free(im.p);
 }
@@ -112,8 +113,9 @@ static void a_string_one_byte_past_kiln_max_string_bytes_is_refused(void) {
     put_u32(&im, KILN_GGUF_STRING);
     put_u64(&im, KILN_MAX_STRING_BYTES + 1ull);
     p = with_zeros(&im, KILN_MAX_STRING_BYTES + 1ull, &size);
-    expect_refused(p, size, "string length 16777217 at byte offset 55 exceeds the limit of 16777216 bytes "
-                            "(KILN_MAX_STRING_BYTES)");
+    expect_refused(p, size,
+                   "string length 16777217 at byte offset 55 exceeds the limit of 16777216 bytes "
+                   "(KILN_MAX_STRING_BYTES)");
     free(p);
     free(im.p);
 }
@@ -130,7 +132,8 @@ static void a_string_array_element_past_kiln_max_string_bytes_is_refused(void) {
     put_str(&im, "a");
     put_u64(&im, KILN_MAX_STRING_BYTES + 1ull);
     p = with_zeros(&im, KILN_MAX_STRING_BYTES + 1ull, &size);
-    expect_refused(p, size, "string 1 has length 16777217 at byte offset 78, over the limit of 16777216 bytes");
+    expect_refused(p, size,
+                   "string 1 has length 16777217 at byte offset 78, over the limit of 16777216 bytes");
     free(p);
     free(im.p);
 }
@@ -145,8 +148,9 @@ static void an_array_one_past_kiln_max_array_len_is_refused(void) {
     put_u32(&im, KILN_GGUF_UINT8);
     put_u64(&im, KILN_MAX_ARRAY_LEN + 1ull);
     p = with_zeros(&im, KILN_MAX_ARRAY_LEN + 1ull, &size);
-    expect_refused(p, size, "array length 16777217 at byte offset 50 exceeds the limit of 16777216 elements "
-                            "(KILN_MAX_ARRAY_LEN)");
+    expect_refused(p, size,
+                   "array length 16777217 at byte offset 50 exceeds the limit of 16777216 elements "
+                   "(KILN_MAX_ARRAY_LEN)");
     free(p);
     free(im.p);
 }
@@ -179,8 +183,9 @@ static void metadata_past_kiln_max_metadata_bytes_is_refused(void) {
     close(fd);
     CHECK(written);
     CHECK_STATUS(kiln_gguf_open(path, &g), KILN_E_FORMAT);
-    CHECK_ERROR_MENTIONS("kv 1 ends at byte offset 268435544, past the limit of 268435456 bytes for the header, "
-                         "metadata and tensor infos (KILN_MAX_METADATA_BYTES)");
+    CHECK_ERROR_MENTIONS(
+        "kv 1 ends at byte offset 268435544, past the limit of 268435456 bytes for the header, "
+        "metadata and tensor infos (KILN_MAX_METADATA_BYTES)");
     kiln_gguf_close(g);
     remove(path);
     free(head.p);
@@ -211,8 +216,8 @@ static void check_multiple(const char *what, size_t peak, size_t size) {
     printf("     %s: file %zu bytes, peak allocated %zu bytes (%.2fx)\n", what, size, peak,
            (double)peak / (double)size);
     if (peak > OPEN_MULTIPLE * size + OPEN_CONSTANT)
-        harness_fail(__FILE__, __LINE__, "%s: %zu bytes allocated for a %zu-byte file, over %dx + %d", what, peak,
-                     size, OPEN_MULTIPLE, OPEN_CONSTANT);
+        harness_fail(__FILE__, __LINE__, "%s: %zu bytes allocated for a %zu-byte file, over %dx + %d", what,
+                     peak, size, OPEN_MULTIPLE, OPEN_CONSTANT);
 }
 
 /* KILN_MAX_KVS keys, each the smallest kv there is with a unique key: a 3-byte key and a UINT8. */
@@ -245,7 +250,7 @@ static void kiln_max_tensors_smallest_tensor_infos_are_opened_within_the_stated_
         put_u64(&im, 0);
     }
     if (im.len % 32) put(&im, pad, 32 - im.len % 32); /* up to the alignment */
-    put(&im, pad, 32);                                 /* the data section */
+    put(&im, pad, 32);                                /* the data section */
     check_multiple("65536 one-byte tensors", peak_while_opening(im.p, im.len), im.len);
     free(im.p);
 }
@@ -298,7 +303,8 @@ static void a_vocabulary_one_past_kiln_max_vocab_is_refused(void) {
     put_vocab(&im, KILN_MAX_VOCAB + 1ull);
     CHECK_OK(kiln_gguf_open_memory(im.p, im.len, &g));
     if (g) CHECK_STATUS(kiln_vocab_create(g, &v), KILN_E_FORMAT);
-    CHECK_ERROR_MENTIONS("'tokenizer.ggml.tokens' has 1048577 entries, over the limit of 1048576 (KILN_MAX_VOCAB)");
+    CHECK_ERROR_MENTIONS(
+        "'tokenizer.ggml.tokens' has 1048577 entries, over the limit of 1048576 (KILN_MAX_VOCAB)");
     CHECK(v == NULL);
     kiln_gguf_close(g);
     free(im.p);
@@ -326,8 +332,8 @@ static void a_vocabulary_at_kiln_max_vocab_is_built_within_the_stated_memory(voi
     printf("     a vocabulary of 2^20 one-byte tokens: file %zu bytes, peak allocated %zu bytes (%.2fx)\n",
            im.len, peak, (double)peak / (double)im.len);
     if (peak > VOCAB_MULTIPLE * im.len + OPEN_CONSTANT)
-        harness_fail(__FILE__, __LINE__, "%zu bytes allocated for a %zu-byte vocabulary, over %dx", peak, im.len,
-                     VOCAB_MULTIPLE);
+        harness_fail(__FILE__, __LINE__, "%zu bytes allocated for a %zu-byte vocabulary, over %dx", peak,
+                     im.len, VOCAB_MULTIPLE);
     free(im.p);
 }
 

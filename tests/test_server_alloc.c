@@ -25,9 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char body[] = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
-                           "\"max_tokens\":6,\"n\":2,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2,"
-                           "\"stop\":[\"zzz\"]}";
+static const char body[] =
+    "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+    "\"max_tokens\":6,\"n\":2,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2,"
+    "\"stop\":[\"zzz\"]}";
 
 static kiln_model *model;
 static ks_api_model api_model;
@@ -72,8 +73,9 @@ static kiln_status run_request(void *user) {
     ep.n_parallel = 2;
     ep.n_batch = 16;
     if (!ks_api_parse(KS_API_CHAT, body, strlen(body), &api_model, &r.req, &r.err))
-        return r.err.status == 500 ? oom_or(KILN_E_INTERNAL, r.err.message)
-                                   : kiln__error(KILN_E_INVALID_ARG, "HTTP %d: %s", r.err.status, r.err.message);
+        return r.err.status == 500
+                   ? oom_or(KILN_E_INTERNAL, r.err.message)
+                   : kiln__error(KILN_E_INVALID_ARG, "HTTP %d: %s", r.err.status, r.err.message);
     r.parsed = true;
     if ((st = ks_engine_create(model, &ep, &r.engine))) return st;
     r.res = ks_api_result_create(&r.req, &api_model, 1, 1700000000);

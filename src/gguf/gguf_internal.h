@@ -1,7 +1,8 @@
 /*
  * gguf_internal.h - what the GGUF reader and writer share: the layout of an open file (struct kiln_gguf),
- * the smallest encodings (the limits themselves are public, in kiln.h), little-endian decoding, the value-type table, a name index (hash table used
- * for lookups and duplicate detection) and a small arena for NUL-terminated name copies.
+ * the smallest encodings (the limits themselves are public, in kiln.h), little-endian decoding, the
+ * value-type table, a name index (hash table used for lookups and duplicate detection) and a small arena
+ * for NUL-terminated name copies.
  *
  * The format as Kiln reads and writes it, and every validation rule, are described in docs/gguf.md.
  */

@@ -4,10 +4,11 @@
  * Every field is read through a bounds-checked cursor and validated before it is used: the magic and
  * version, the kv and tensor counts against the bytes remaining (before anything is allocated for
  * them) and the limits of kiln.h (KILN_MAX_*), every length (names, strings, arrays: against the bytes
- * remaining, then the limits), the bytes before the data section, every value and element type, general.alignment, and each tensor's name, shape,
- * type, byte size, offset alignment and bounds. Arithmetic on values from the file is overflow-checked.
- * Each failure returns a status and a message naming the field, its value and its byte offset. The
- * rules are listed in docs/gguf.md. Nothing here reads past g->base + g->size.
+ * remaining, then the limits), the bytes before the data section, every value and element type,
+ * general.alignment, and each tensor's name, shape, type, byte size, offset alignment and bounds. Arithmetic
+ * on values from the file is overflow-checked. Each failure returns a status and a message naming the field,
+ * its value and its byte offset. The rules are listed in docs/gguf.md. Nothing here reads past g->base +
+ * g->size.
  */
 #include "gguf/gguf_internal.h"
 
@@ -109,7 +110,8 @@ static kiln_status parse_header(kiln_gguf *g, cursor *c, uint64_t *n_tensors, ui
                            "(each tensor info needs at least %u)",
                            (unsigned long long)*n_tensors, left(c), KILN__GGUF_MIN_TENSOR_BYTES);
     if (*n_kv > KILN_MAX_KVS)
-        return kiln__error(KILN_E_FORMAT, "kv count %llu at byte offset 16 exceeds the limit of %u (KILN_MAX_KVS)",
+        return kiln__error(KILN_E_FORMAT,
+                           "kv count %llu at byte offset 16 exceeds the limit of %u (KILN_MAX_KVS)",
                            (unsigned long long)*n_kv, KILN_MAX_KVS);
     if (*n_tensors > KILN_MAX_TENSORS)
         return kiln__error(KILN_E_FORMAT,
@@ -167,10 +169,11 @@ static kiln_status parse_string(cursor *c, kiln__gguf_kv *kv) {
             "key '%.200s': string length %llu at byte offset %zu exceeds the %zu bytes remaining", kv->key,
             (unsigned long long)n, at, left(c));
     if (n > KILN_MAX_STRING_BYTES)
-        return kiln__error(KILN_E_FORMAT,
-                           "key '%.200s': string length %llu at byte offset %zu exceeds the limit of %u bytes "
-                           "(KILN_MAX_STRING_BYTES)",
-                           kv->key, (unsigned long long)n, at, KILN_MAX_STRING_BYTES);
+        return kiln__error(
+            KILN_E_FORMAT,
+            "key '%.200s': string length %llu at byte offset %zu exceeds the limit of %u bytes "
+            "(KILN_MAX_STRING_BYTES)",
+            kv->key, (unsigned long long)n, at, KILN_MAX_STRING_BYTES);
     kv->str_len = n;
     return KILN_OK;
 }
@@ -191,10 +194,11 @@ static kiln_status walk_strings(cursor *c, const kiln__gguf_kv *kv, uint64_t n, 
                 "bytes remaining",
                 kv->key, (unsigned long long)j, (unsigned long long)len, at, left(c));
         if (len > KILN_MAX_STRING_BYTES)
-            return kiln__error(KILN_E_FORMAT,
-                               "key '%.200s': string %llu has length %llu at byte offset %zu, over the limit of "
-                               "%u bytes (KILN_MAX_STRING_BYTES)",
-                               kv->key, (unsigned long long)j, (unsigned long long)len, at, KILN_MAX_STRING_BYTES);
+            return kiln__error(
+                KILN_E_FORMAT,
+                "key '%.200s': string %llu has length %llu at byte offset %zu, over the limit of "
+                "%u bytes (KILN_MAX_STRING_BYTES)",
+                kv->key, (unsigned long long)j, (unsigned long long)len, at, KILN_MAX_STRING_BYTES);
         if (strs) strs[j] = (kiln_str){(const char *)p, (size_t)len};
     }
     return KILN_OK;

@@ -12,8 +12,9 @@ kiln_status kiln_batch_init(int32_t capacity, kiln_batch *out) {
     if (!out) return kiln__error(KILN_E_INVALID_ARG, "kiln_batch_init: out is NULL");
     memset(out, 0, sizeof *out);
     if (capacity <= 0 || capacity > KILN_MAX_BATCH)
-        return kiln__error(KILN_E_INVALID_ARG, "kiln_batch_init: capacity %d is not in 1..%d (KILN_MAX_BATCH)",
-                           capacity, KILN_MAX_BATCH);
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "kiln_batch_init: capacity %d is not in 1..%d (KILN_MAX_BATCH)", capacity,
+                           KILN_MAX_BATCH);
     out->token = kiln__calloc((size_t)capacity, sizeof *out->token);
     out->pos = kiln__calloc((size_t)capacity, sizeof *out->pos);
     out->seq_id = kiln__calloc((size_t)capacity, sizeof *out->seq_id);

@@ -34,7 +34,8 @@ static kiln_status check_params(const kiln_model *m, const kiln_ctx_params *p) {
         return kiln__error(KILN_E_INVALID_ARG, "n_ctx %d, n_batch %d and n_seq_max %d must be >= 0", p->n_ctx,
                            p->n_batch, p->n_seq_max);
     if (p->n_ctx > KILN_MAX_CTX || p->n_batch > KILN_MAX_BATCH)
-        return kiln__error(KILN_E_INVALID_ARG, "n_ctx %d or n_batch %d is over its limit (KILN_MAX_CTX %d, KILN_MAX_BATCH %d)",
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "n_ctx %d or n_batch %d is over its limit (KILN_MAX_CTX %d, KILN_MAX_BATCH %d)",
                            p->n_ctx, p->n_batch, KILN_MAX_CTX, KILN_MAX_BATCH);
     if (p->n_seq_max > KILN_SEQ_MAX)
         return kiln__error(KILN_E_INVALID_ARG, "n_seq_max %d exceeds KILN_SEQ_MAX (%d)", p->n_seq_max,

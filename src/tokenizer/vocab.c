@@ -115,9 +115,10 @@ static kiln_status read_tokens(const kiln_gguf *g, kiln_vocab *v) {
     uint64_t n = kiln_gguf_arr_len(g, idx);
     if (n == 0) return kiln__error(KILN_E_FORMAT, "vocab: 'tokenizer.ggml.tokens' is empty");
     if (n > (uint64_t)KILN_MAX_VOCAB)
-        return kiln__error(KILN_E_FORMAT,
-                           "vocab: 'tokenizer.ggml.tokens' has %llu entries, over the limit of %d (KILN_MAX_VOCAB)",
-                           (unsigned long long)n, KILN_MAX_VOCAB);
+        return kiln__error(
+            KILN_E_FORMAT,
+            "vocab: 'tokenizer.ggml.tokens' has %llu entries, over the limit of %d (KILN_MAX_VOCAB)",
+            (unsigned long long)n, KILN_MAX_VOCAB);
     v->n_tokens = (int32_t)n;
     v->texts = kiln__alloc_array((size_t)n, sizeof *v->texts);
     if (!v->texts) return kiln__nomem("token texts");
