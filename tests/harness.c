@@ -209,6 +209,7 @@ void harness_count_allocations(void) {
 
 void harness_zero_allocations(void) {
     pthread_mutex_lock(&tracker.mu);
+    if (tracker.fail_at) tracker.fail_at -= tracker.count; /* an armed failure stays as far away */
     tracker.count = 0;
     tracker.peak_bytes = tracker.live_bytes;
     pthread_mutex_unlock(&tracker.mu);
@@ -220,24 +221,42 @@ void harness_fail_allocation(long n) {
     pthread_mutex_unlock(&tracker.mu);
 }
 
-#define READ_TRACKER(type, field)                                                                            \
-    type v;                                                                                                  \
-    pthread_mutex_lock(&tracker.mu);                                                                         \
-    v = tracker.field;                                                                                       \
-    pthread_mutex_unlock(&tracker.mu);                                                                       \
-    return v
+/* A consistent copy of the counters. */
+static void read_tracker(long *count, long *live, size_t *live_bytes, size_t *peak_bytes) {
+    pthread_mutex_lock(&tracker.mu);
+    *count = tracker.count;
+    *live = tracker.live;
+    *live_bytes = tracker.live_bytes;
+    *peak_bytes = tracker.peak_bytes;
+    pthread_mutex_unlock(&tracker.mu);
+}
 
 long harness_allocations(void) {
-    READ_TRACKER(long, count);
+    long count, live;
+    size_t bytes, peak;
+    read_tracker(&count, &live, &bytes, &peak);
+    return count;
 }
+
 long harness_live_blocks(void) {
-    READ_TRACKER(long, live);
+    long count, live;
+    size_t bytes, peak;
+    read_tracker(&count, &live, &bytes, &peak);
+    return live;
 }
+
 size_t harness_live_bytes(void) {
-    READ_TRACKER(size_t, live_bytes);
+    long count, live;
+    size_t bytes, peak;
+    read_tracker(&count, &live, &bytes, &peak);
+    return bytes;
 }
+
 size_t harness_peak_bytes(void) {
-    READ_TRACKER(size_t, peak_bytes);
+    long count, live;
+    size_t bytes, peak;
+    read_tracker(&count, &live, &bytes, &peak);
+    return peak;
 }
 
 /* ---- Allocation-failure sweeps. ---- */
