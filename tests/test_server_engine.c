@@ -119,6 +119,10 @@ static void on_event(void *user, const ks_event *ev) {
         c->completion_tokens = ev->completion_tokens;
         c->cached_tokens = ev->cached_tokens;
         break;
+    case KS_EVENT_EMBEDDING: /* a decoder's engine never sends one */
+        c->error = true;
+        snprintf(c->message, sizeof c->message, "an embedding event from a decoder's engine");
+        break;
     case KS_EVENT_ERROR:
         c->error = true;
         snprintf(c->message, sizeof c->message, "%s", ev->message);
@@ -646,6 +650,7 @@ static void every_invalid_field_is_refused_by_name(void) {
     const char *empty_stop[1] = {""};
     collector *c = collector_new(e);
     ks_handle h;
+    int32_t lens[1] = {4};
     struct {
         const char *field;
         ks_request r;
@@ -673,6 +678,7 @@ static void every_invalid_field_is_refused_by_name(void) {
     CASE("stop[0] is empty", (r_.stop = empty_stop, r_.n_stop = 1));
     CASE("logprobs 21", r_.logprobs = 21);
     CASE("eot_token 512", r_.eot_token = 512);
+    CASE("the model is a decoder; it makes no embeddings", (r_.n_inputs = 1, r_.input_lens = lens));
 #undef CASE
     for (int i = 0; i < n; i++) {
         CHECK_STATUS(ks_engine_submit(e, &cases[i].r, on_event, c, &h), KILN_E_INVALID_ARG);
