@@ -323,8 +323,10 @@ kiln_status ks_http_start(ks_http *h) {
     if (p->verbose) flags |= MHD_USE_ERROR_LOG;
     int32_t limit = 2 * (p->engine.n_parallel + p->engine.max_queue) + 64;
     if (limit > 4096) limit = 4096;
+    pthread_mutex_init(&h->watch_mu, NULL);
     if (!ks_watchdog_init(&h->watchdog, limit, p->timeout_s)) {
         fprintf(stderr, "kiln serve: out of memory for %d connection slots\n", limit);
+        ks_http_stop(h);
         return KILN_E_NOMEM;
     }
     h->daemon = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
@@ -333,7 +335,7 @@ kiln_status ks_http_start(ks_http *h) {
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit, MHD_OPTION_NOTIFY_CONNECTION,
                                  ks_watchdog_notify, &h->watchdog, MHD_OPTION_END);
     if (!h->daemon) {
-        ks_watchdog_free(&h->watchdog);
+        ks_http_stop(h);
         fprintf(stderr, "kiln serve: cannot listen on %s:%d (in use, or not an address of this machine?)\n",
                 p->host, p->port);
         return KILN_E_IO;
@@ -347,4 +349,5 @@ void ks_http_stop(ks_http *h) {
     if (h->daemon) MHD_stop_daemon(h->daemon);
     h->daemon = NULL;
     ks_watchdog_free(&h->watchdog);
+    pthread_mutex_destroy(&h->watch_mu);
 }

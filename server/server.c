@@ -110,6 +110,7 @@ static bool wait_for_signal(loader *l, const sigset_t *set) {
         }
         if (atomic_load(&l->finished) < 0) return false;
         ks_watchdog_reap(&l->h->watchdog);
+        ks_http_check_hangups(l->h);
     }
 }
 
