@@ -4,7 +4,8 @@
  * into ks_request values and engine events into OpenAI responses; this layer knows nothing of HTTP.
  *
  * One engine thread owns the model's context. Each step it builds one kiln_batch holding one token for
- * every decoding sequence, then slices of waiting prompts (chunked prefill) up to the step's token budget,
+ * every decoding sequence, then slices of waiting prompts (chunked prefill; short prompts that fit go
+ * before a longer one, which keeps a quarter of the budget) up to the step's token budget,
  * decode has priority, so a long prompt never stalls running streams for more than one step. Sequences
  * join and leave between steps. A request with n > 1 choices prefills its prompt once and shares it with
  * kiln_kv_seq_cp. Finished sequences' cells may stay cached (the prefix cache): a new request whose prompt

@@ -4,9 +4,9 @@
  *   1. sweep: requests cancelled by their client (silently) or by shutdown (with KS_EVENT_ERROR) give
  *      their sequences' cells back, whether queued, prefilling or decoding;
  *   2. admit: queued requests in submit order while sequences and cells allow (below);
- *   3. batch: one token for every decoding sequence first, then prompt slices of prefilling requests in
- *      admission order up to n_batch tokens (chunked prefill), so a long prompt delays running streams by
- *      at most one step however long it is;
+ *   3. batch: one token for every decoding sequence first, then prompt slices of prefilling requests up
+ *      to n_batch tokens (chunked prefill), so a long prompt delays running streams by at most one step
+ *      however long it is; short prompts that fit go before a longer one (build_batch);
  *   4. decode the batch; when a prompt is complete, its other choices share its cells (kiln_kv_seq_cp);
  *   5. sample every choice with logits and emit its events; a finished choice's sequence goes to the
  *      prefix cache, and a request whose choices are all finished gets KS_EVENT_DONE.
@@ -280,13 +280,47 @@ static bool prefilling(const ks_req *r) {
     return r->n_prefilled < r->req.n_prompt;
 }
 
-/* Decoding tokens first, then prompt slices up to the step budget. */
+static int32_t prompt_left(const ks_req *r) {
+    return r->req.n_prompt - r->n_prefilled;
+}
+
+/* Put the next n prompt tokens of r into the batch. */
+static void add_slice(kiln_batch *b, ks_req *r, int32_t n) {
+    r->slice = n;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t pos = r->n_prefilled + j;
+        bool last = pos == r->req.n_prompt - 1;
+        if (last) r->batch_at[0] = b->n_tokens;
+        kiln_batch_add(b, r->prompt[pos], pos, r->seqs[0], last);
+    }
+}
+
+/* The shortest prompt (the first admitted among equals) that is shorter than `than`, fits in `room` and
+ * has no slice yet; NULL if none. */
+static ks_req *shortest_prompt(ks_engine *e, int32_t than, int32_t room) {
+    ks_req *best = NULL;
+    for (int32_t a = 0; a < e->n_active; a++) {
+        ks_req *r = e->active[a];
+        int32_t left = prompt_left(r);
+        if (prefilling(r) && r->slice == 0 && left < than && left <= room && (!best || left < prompt_left(best)))
+            best = r;
+    }
+    return best;
+}
+
+/* Decoding tokens first, then prompt slices up to the step budget: first every prompt that can be
+ * finished in this step and is shorter than the oldest prompt still being prefilled, shortest first,
+ * while that oldest one keeps a quarter of the budget; then the rest in admission order. So a short
+ * prompt does not wait behind a long one's whole prefill, the long one still advances every step (it
+ * cannot starve), and prompts of equal length keep their admission order. */
 static void build_batch(ks_engine *e) {
     kiln_batch *b = &e->batch;
     kiln_batch_clear(b);
+    ks_req *oldest = NULL;
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
         r->slice = 0;
+        if (prefilling(r) && !oldest) oldest = r;
         for (int32_t i = 0; i < r->req.n; i++) {
             r->batch_at[i] = -1;
             if (prefilling(r) || r->choices[i].done) continue;
@@ -295,18 +329,19 @@ static void build_batch(ks_engine *e) {
         }
     }
     int32_t budget = e->p.n_batch - b->n_tokens;
+    if (oldest) {
+        int32_t keep = prompt_left(oldest) < budget / 4 ? prompt_left(oldest) : budget / 4;
+        for (ks_req *r; (r = shortest_prompt(e, prompt_left(oldest), budget - keep));) {
+            budget -= prompt_left(r);
+            add_slice(b, r, prompt_left(r));
+        }
+    }
     for (int32_t a = 0; a < e->n_active && budget > 0; a++) {
         ks_req *r = e->active[a];
-        if (!prefilling(r)) continue;
-        int32_t left = r->req.n_prompt - r->n_prefilled;
-        r->slice = left < budget ? left : budget;
-        budget -= r->slice;
-        for (int32_t j = 0; j < r->slice; j++) {
-            int32_t pos = r->n_prefilled + j;
-            bool last = pos == r->req.n_prompt - 1;
-            if (last) r->batch_at[0] = b->n_tokens;
-            kiln_batch_add(b, r->prompt[pos], pos, r->seqs[0], last);
-        }
+        if (!prefilling(r) || r->slice > 0) continue;
+        int32_t n = prompt_left(r) < budget ? prompt_left(r) : budget;
+        budget -= n;
+        add_slice(b, r, n);
     }
 }
 
