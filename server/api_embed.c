@@ -62,8 +62,8 @@ static bool add_ids(const ks_api_model *m, const json_t *a, size_t index, token_
     for (size_t k = 0; k < n; k++) {
         json_t *v = json_array_get(a, k);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab)
-            return ks_api_bad(err, "input", "input[%zu][%zu] is not a token id (an integer 0 .. %d)", index, k,
-                              n_vocab - 1);
+            return ks_api_bad(err, "input", "input[%zu][%zu] is not a token id (an integer 0 .. %d)", index,
+                              k, n_vocab - 1);
         t->ids[t->n++] = (int32_t)json_integer_value(v);
     }
     return true;
@@ -109,7 +109,8 @@ static bool parse_inputs(const json_t *root, const ks_api_model *m, ks_api_reque
     size_t n = single ? 1 : json_array_size(in);
     if (n == 0) return ks_api_bad(err, "input", "'input' is an empty array");
     if (n > KS_API_MAX_INPUTS)
-        return ks_api_bad(err, "input", "'input' has %zu inputs; at most %d are allowed", n, KS_API_MAX_INPUTS);
+        return ks_api_bad(err, "input", "'input' has %zu inputs; at most %d are allowed", n,
+                          KS_API_MAX_INPUTS);
     bool texts = json_is_string(in) || json_is_string(json_array_get(in, 0));
     token_list t = {0};
     r->input_lens = malloc(n * sizeof *r->input_lens);
@@ -185,19 +186,20 @@ static json_t *float_array(const float *v, int32_t n) {
     return a;
 }
 
-char *ks_api_embedding_json(const float *vectors, int32_t n, int32_t n_embd, bool base64, const char *model_id,
-                            int32_t prompt_tokens) {
+char *ks_api_embedding_json(const float *vectors, int32_t n, int32_t n_embd, bool base64,
+                            const char *model_id, int32_t prompt_tokens) {
     json_t *data = json_array();
     for (int32_t i = 0; data && i < n; i++) {
         const float *v = vectors + (size_t)i * (size_t)n_embd;
         json_t *e = base64 ? base64_floats(v, n_embd) : float_array(v, n_embd);
-        json_t *item = e ? json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", e) : NULL;
+        json_t *item =
+            e ? json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", e) : NULL;
         if (!item || json_array_append_new(data, item)) data = (json_decref(data), NULL);
     }
-    json_t *j = data ? json_pack("{s:s, s:o, s:s, s:{s:i, s:i}}", "object", "list", "data", data, "model",
-                                 model_id, "usage", "prompt_tokens", prompt_tokens, "total_tokens",
-                                 prompt_tokens)
-                     : NULL;
+    json_t *j =
+        data ? json_pack("{s:s, s:o, s:s, s:{s:i, s:i}}", "object", "list", "data", data, "model", model_id,
+                         "usage", "prompt_tokens", prompt_tokens, "total_tokens", prompt_tokens)
+             : NULL;
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     return s;

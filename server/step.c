@@ -302,7 +302,8 @@ static ks_req *shortest_prompt(ks_engine *e, int32_t than, int32_t room) {
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
         int32_t left = prompt_left(r);
-        if (prefilling(r) && r->slice == 0 && left < than && left <= room && (!best || left < prompt_left(best)))
+        if (prefilling(r) && r->slice == 0 && left < than && left <= room &&
+            (!best || left < prompt_left(best)))
             best = r;
     }
     return best;

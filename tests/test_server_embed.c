@@ -84,7 +84,8 @@ static void every_malformed_body_is_refused_naming_its_field(void) {
         {"{\"input\":[101,-1]}", "input", NULL, "input[0][1] is not a token id"},
         {"{\"input\":[101,30522]}", "input", NULL, "input[0][1] is not a token id (an integer 0 .. 30521)"},
         {"{\"input\":[true]}", "input", NULL, "input[0] must be a string or an array of token ids"},
-        {"{\"input\":\"a\",\"encoding_format\":\"binary\"}", "encoding_format", NULL, "\"float\" or \"base64\""},
+        {"{\"input\":\"a\",\"encoding_format\":\"binary\"}", "encoding_format", NULL,
+         "\"float\" or \"base64\""},
         {"{\"input\":\"a\",\"encoding_format\":1}", "encoding_format", NULL, "\"float\" or \"base64\""},
         {"{\"input\":\"a\",\"dimensions\":128}", "dimensions", NULL, "'dimensions' must be 384"},
         {"{\"input\":\"a\",\"dimensions\":\"384\"}", "dimensions", NULL, "'dimensions' must be 384"},
@@ -263,7 +264,8 @@ static bool response_vector(const char *json, size_t i, float *out) {
         for (size_t k = 0; s[k] && s[k + 1] && s[k + 2] && s[k + 3]; k += 4) {
             uint32_t w = 0;
             for (int j = 0; j < 4; j++)
-                w = w << 6 | (uint32_t)(s[k + (size_t)j] == '=' ? 0 : strchr(digits, s[k + (size_t)j]) - digits);
+                w = w << 6 |
+                    (uint32_t)(s[k + (size_t)j] == '=' ? 0 : strchr(digits, s[k + (size_t)j]) - digits);
             bytes[nb++] = (unsigned char)(w >> 16);
             bytes[nb++] = (unsigned char)(w >> 8);
             bytes[nb++] = (unsigned char)w;
@@ -325,8 +327,8 @@ static void the_engine_batches_inputs_and_matches_sentence_transformers(void) {
                  r.req.n_prompt);
     CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(root, "data"), 3), "object")),
               "embedding");
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(json_object_get(root, "data"), 3), "index")),
-                 3);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(json_array_get(json_object_get(root, "data"), 3), "index")), 3);
     json_decref(root);
 
     /* The same vectors as base64: bit for bit the floats of the float response. */
