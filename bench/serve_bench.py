@@ -26,6 +26,7 @@ errors, generated tokens and the server's RSS at start and end (after a warm-up 
   build/venv/bin/python bench/serve_bench.py --soak --model models/stories260K.gguf -t 2
 """
 import argparse
+import itertools
 import json
 import os
 import selectors
@@ -125,11 +126,24 @@ def body(prompt, max_tokens, seed=0):
             "stream": True, "stream_options": {"include_usage": True}}
 
 
+def first_text_time(s):
+    """When the first event with generated text arrived (None if none did). TTFT is measured to it, not to
+    the first event: a server may send an empty chunk before it has computed the prompt."""
+    for t, ev in s.events:
+        for c in ev.get("choices") or ():
+            if c.get("text") or (c.get("delta") or {}).get("content"):
+                return t
+    return None
+
+
 def generated_tokens(s):
     for _, ev in reversed(s.events):
         if ev.get("usage"):
             return ev["usage"]["completion_tokens"]
     return len(s.token_times())
+
+
+PROMPT_IDS = itertools.count()  # every closed-loop request of a run has its own prompt: no prefix-cache help
 
 
 def closed_loop(port, clients, total, max_tokens, deadline_s=900):
@@ -142,7 +156,7 @@ def closed_loop(port, clients, total, max_tokens, deadline_s=900):
 
     def launch():
         nonlocal started
-        s = RawSSE(port, "/v1/completions", body(prompt24(started), max_tokens, seed=started))
+        s = RawSSE(port, "/v1/completions", body(prompt24(next(PROMPT_IDS)), max_tokens, seed=started))
         started += 1
         sel.register(s, selectors.EVENT_READ)
 
@@ -184,7 +198,7 @@ def interference(port):
     long = RawSSE(port, "/v1/completions", body(prompt_1024, 4))
     t0 = long.sent_at
     pump(streams + [long], lambda: bool(long.token_times()) or long.done, time.monotonic() + 300)
-    t1 = long.token_times()[0] if long.token_times() else time.monotonic()
+    t1 = first_text_time(long) or time.monotonic()
     pump(streams + [long], lambda: all(s.done for s in streams + [long]), time.monotonic() + 300)
     for s in streams + [long]:
         s.close()
@@ -210,11 +224,14 @@ def run_engine(name, cmd, port, args, logdir):
         for c in (1, 4, 8):
             done, wall = closed_loop(port, c, args.requests, 64)
             toks = sum(generated_tokens(s) for s in done)
-            ttft = [s.token_times()[0] - s.sent_at for s in done if s.token_times()]
+            ttft = [first_text_time(s) - s.sent_at for s in done if first_text_time(s) is not None]
+            first = [s.token_times()[0] - s.sent_at for s in done if s.token_times()]
             rows[c] = {"tok_s": toks / wall, "ttft_p50_ms": statistics.median(ttft) * 1e3 if ttft else float("nan"),
+                       "first_event_p50_ms": statistics.median(first) * 1e3 if first else float("nan"),
                        "requests": len(done), "tokens": toks}
             print(f"  {name} c={c}: {rows[c]['tok_s']:.1f} tok/s, TTFT p50 {rows[c]['ttft_p50_ms']:.0f} ms "
-                  f"({len(done)}/{args.requests} requests, {toks} tokens, {wall:.1f} s)", flush=True)
+                  f"(first event {rows[c]['first_event_p50_ms']:.0f} ms; {len(done)}/{args.requests} requests, "
+                  f"{toks} tokens, {wall:.1f} s)", flush=True)
         rows["interference"] = interference(port)
         print(f"  {name} long prompt during 4 streams: {rows['interference']}", flush=True)
     finally:

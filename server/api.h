@@ -61,9 +61,13 @@ typedef struct ks_api_model {
     int32_t max_tokens_cap;     /* largest max_tokens a request may ask for */
     int32_t default_max_tokens; /* chat completions without max_tokens */
     int64_t created;            /* unix time the server started (/v1/models "created") */
+    bool embeddings;            /* an encoder: /v1/embeddings only (kiln_model_is_causal false) */
+    int32_t n_embd;             /* the width of its embeddings */
 } ks_api_model;
 
-typedef enum ks_api_kind { KS_API_CHAT = 0, KS_API_COMPLETION = 1 } ks_api_kind;
+typedef enum ks_api_kind { KS_API_CHAT = 0, KS_API_COMPLETION = 1, KS_API_EMBEDDING = 2 } ks_api_kind;
+
+#define KS_API_MAX_INPUTS 2048 /* /v1/embeddings inputs per request, as OpenAI */
 
 /* A parsed request: the engine request plus what shapes the response. The engine request's prompt and
  * stop pointers point into this struct's own allocations; release with ks_api_request_free. */
@@ -74,13 +78,17 @@ typedef struct ks_api_request {
     bool include_usage; /* stream_options.include_usage */
     bool logprobs;      /* the response carries logprobs (req.logprobs alternatives each) */
     int32_t *prompt;    /* (req.n_prompt) owned */
+    int32_t *input_lens; /* (req.n_inputs) owned: embedding requests */
+    bool base64;         /* embeddings: encoding_format "base64" */
     char *stop[KS_API_MAX_STOP];
     const char *stop_ptrs[KS_API_MAX_STOP];
 } ks_api_request;
 
-/* Parse and validate a /v1/chat/completions or /v1/completions body (len bytes, not NUL-terminated):
- * every field's type and range, messages rendered with the model's template and tokenized. On failure
- * out holds nothing to free. */
+/* Parse and validate a /v1/chat/completions, /v1/completions or /v1/embeddings body (len bytes, not
+ * NUL-terminated): every field's type and range, messages rendered with the model's template and
+ * tokenized, embedding inputs tokenized as [CLS] text [SEP]. An encoder model refuses chat and
+ * completions (400 model_not_generative), a decoder embeddings (400 model_not_embedding). On failure out
+ * holds nothing to free. */
 bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_model *model,
                   ks_api_request *out, ks_api_error *err);
 void ks_api_request_free(ks_api_request *r);
@@ -92,6 +100,12 @@ bool ks_api_chat_prompt(const struct json_t *messages, const ks_api_model *model
                         int32_t *n_ids, ks_api_error *err);
 bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int32_t *n_ids, ks_api_error *err);
+/* api_embed.c: the /v1/embeddings fields of root into r (input, encoding_format, dimensions); and the
+ * response for n vectors of n_embd floats (malloc'd JSON, NULL when out of memory). */
+bool ks_api_embedding_parse(const struct json_t *root, const ks_api_model *model, ks_api_request *r,
+                            ks_api_error *err);
+char *ks_api_embedding_json(const float *vectors, int32_t n, int32_t n_embd, bool base64,
+                            const char *model_id, int32_t prompt_tokens);
 /* True when s[0..len) is valid UTF-8 without NUL bytes. */
 bool ks_api_utf8_valid(const char *s, size_t len);
 /* s[0..len) as a JSON string, each byte that is not part of a valid character (or NUL) replaced by

@@ -1,6 +1,7 @@
 /*
- * api_request.c - a /v1/chat/completions or /v1/completions body -> ks_api_request, with every field
- * checked as OpenAI checks it: its JSON type, its range, and the combinations OpenAI refuses. A field
+ * api_request.c - a /v1/chat/completions or /v1/completions body -> ks_api_request (an /v1/embeddings
+ * body continues in api_embed.c), with every field checked as OpenAI checks it: its JSON type, its
+ * range, and the combinations OpenAI refuses. A field
  * that is absent or null takes OpenAI's default; fields Kiln does not know are ignored; fields whose
  * meaning Kiln cannot honour (echo, suffix, logit_bias, tools, a JSON response_format, best_of > n) are
  * refused with a 400 that names them rather than silently dropped.
@@ -299,6 +300,21 @@ static bool parse_root(const json_t *root, ks_api_kind kind, const ks_api_model 
     return parse_max_tokens(root, r, m, err);
 }
 
+/* Whether the model does what the endpoint asks: generation from a decoder, embeddings from an encoder. */
+static bool model_fits(ks_api_kind kind, const ks_api_model *m, ks_api_error *err) {
+    if (kind == KS_API_EMBEDDING && !m->embeddings)
+        return ks_api_fail(err, 400, "invalid_request_error", "model_not_embedding", "model",
+                           "the model '%s' is a decoder and makes no embeddings; /v1/embeddings needs an "
+                           "encoder model (BERT)",
+                           m->id);
+    if (kind != KS_API_EMBEDDING && m->embeddings)
+        return ks_api_fail(err, 400, "invalid_request_error", "model_not_generative", "model",
+                           "the model '%s' is an encoder: it makes embeddings (POST /v1/embeddings), not "
+                           "%s",
+                           m->id, kind == KS_API_CHAT ? "chat completions" : "completions");
+    return true;
+}
+
 bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_model *model,
                   ks_api_request *out, ks_api_error *err) {
     memset(out, 0, sizeof *out);
@@ -306,14 +322,16 @@ bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_m
     out->req = ks_request_default();
     out->req.eot_token = model->eot_token;
     json_t *root;
-    if (!ks_api_parse_json(body, len, &root, err)) return false;
-    bool ok = parse_root(root, kind, model, out, err);
+    if (!model_fits(kind, model, err) || !ks_api_parse_json(body, len, &root, err)) return false;
+    bool ok = kind == KS_API_EMBEDDING ? ks_api_embedding_parse(root, model, out, err)
+                                       : parse_root(root, kind, model, out, err);
     json_decref(root);
     if (!ok) {
         ks_api_request_free(out);
         return false;
     }
     out->req.prompt = out->prompt;
+    out->req.input_lens = out->input_lens;
     out->req.stop = out->req.n_stop ? out->stop_ptrs : NULL;
     return true;
 }
@@ -321,6 +339,7 @@ bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_m
 void ks_api_request_free(ks_api_request *r) {
     if (!r) return;
     free(r->prompt);
+    free(r->input_lens);
     for (int i = 0; i < KS_API_MAX_STOP; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);

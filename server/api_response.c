@@ -1,6 +1,7 @@
 /*
  * api_response.c - engine events -> OpenAI responses. A ks_api_result keeps, per choice, the text so
- * far, its finish reason and its logprobs, and the usage from KS_EVENT_DONE. Streaming requests also get
+ * far, its finish reason and its logprobs, and the usage from KS_EVENT_DONE; for an embedding request,
+ * each input's vector (the response is built by api_embed.c). Streaming requests also get
  * the server-sent events each event makes, in OpenAI's order: per choice a first chunk with
  * {"role": "assistant", "content": ""} (chat), chunks with the new text, a chunk with the finish reason;
  * then, with stream_options.include_usage, a chunk with empty choices and the usage (every other chunk
@@ -41,6 +42,9 @@ struct ks_api_result {
     bool finished;
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     char *error; /* the engine's message after KS_EVENT_ERROR */
+    float *vectors; /* embeddings: [n][n_embd] */
+    int32_t n_embd;
+    bool base64;
 };
 
 static json_t *new_logprobs(ks_api_kind kind) {
@@ -62,6 +66,14 @@ ks_api_result *ks_api_result_create(const ks_api_request *r, const ks_api_model 
     res->n = r->req.n;
     snprintf(res->id, sizeof res->id, "%s-kiln%llu", r->kind == KS_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)id_seq);
+    if (r->kind == KS_API_EMBEDDING) {
+        res->n = r->req.n_inputs;
+        res->n_embd = model->n_embd;
+        res->base64 = r->base64;
+        res->vectors = calloc((size_t)res->n * (size_t)res->n_embd, sizeof *res->vectors);
+        if (!res->vectors) goto fail;
+        return res;
+    }
     res->choices = calloc((size_t)res->n, sizeof *res->choices);
     if (!res->choices) goto fail;
     for (int32_t i = 0; i < res->n && res->logprobs && !res->stream; i++)
@@ -79,6 +91,7 @@ void ks_api_result_destroy(ks_api_result *res) {
         json_decref(res->choices[i].lp);
     }
     free(res->choices);
+    free(res->vectors);
     free(res->error);
     free(res);
 }
@@ -321,6 +334,11 @@ bool ks_api_result_event(ks_api_result *res, const ks_event *ev, char **out, siz
         res->completion_tokens = ev->completion_tokens;
         res->cached_tokens = ev->cached_tokens;
         return out ? stream_done(res, out, len) : true;
+    case KS_EVENT_EMBEDDING:
+        if (choice_ok && res->vectors && ev->n_embd == res->n_embd)
+            memcpy(res->vectors + (size_t)ev->choice * (size_t)res->n_embd, ev->embedding,
+                   (size_t)res->n_embd * sizeof *res->vectors);
+        return true;
     case KS_EVENT_ERROR:
         res->finished = true;
         res->error = strdup(ev->message ? ev->message : "the request failed");
@@ -349,6 +367,9 @@ static json_t *choice_json(const ks_api_result *res, int32_t i) {
 }
 
 char *ks_api_result_json(const ks_api_result *res) {
+    if (res->kind == KS_API_EMBEDDING)
+        return ks_api_embedding_json(res->vectors, res->n, res->n_embd, res->base64, res->model->id,
+                                     res->prompt_tokens);
     json_t *j = envelope(res, res->kind == KS_API_CHAT ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
     for (int32_t i = 0; choices && i < res->n; i++)

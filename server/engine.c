@@ -58,6 +58,10 @@ static kiln_status resolve_params(const kiln_model *model, ks_engine_params *p) 
     int32_t train = kiln_model_n_ctx_train(model);
     if (p->n_ctx < 1) return kiln__error(KILN_E_INVALID_ARG, "engine: n_ctx %d must be >= 1", p->n_ctx);
     if (train > 0 && p->n_ctx > train) p->n_ctx = train;
+    if (!kiln_model_is_causal(model)) { /* an encoder: whole inputs per batch, nothing cached */
+        p->n_batch = p->n_ctx;
+        p->cache_seqs = 0;
+    }
     if (p->n_batch < p->n_parallel)
         return kiln__error(KILN_E_INVALID_ARG,
                            "engine: n_batch %d is below n_parallel %d: every decoding sequence needs its "
@@ -82,6 +86,7 @@ static kiln_status engine_init(ks_engine *e) {
     cp.n_ctx = e->p.n_ctx;
     cp.n_batch = e->p.n_batch;
     cp.n_seq_max = e->n_seq_max;
+    cp.embeddings = e->embeds;
     cp.log = e->p.log;
     cp.log_user = e->p.log_user;
     kiln_status st = kiln_ctx_create(e->model, &cp, &e->ctx);
@@ -107,7 +112,8 @@ kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, 
     if (!e) return kiln__error(KILN_E_NOMEM, "ks_engine_create: the engine");
     e->model = model;
     e->p = p;
-    e->n_seq_max = p.n_parallel + p.cache_seqs;
+    e->embeds = !kiln_model_is_causal(model);
+    e->n_seq_max = e->embeds ? KILN_SEQ_MAX : p.n_parallel + p.cache_seqs;
     e->accepting = true;
     e->next_handle = 1;
     e->metrics.kv_cells_total = p.n_ctx;
@@ -161,7 +167,7 @@ static void *engine_main(void *arg) {
             pthread_cond_wait(&e->work_cv, &e->mu);
         if (e->stopping && e->n_live == 0) break;
         pthread_mutex_unlock(&e->mu);
-        bool progressed = ks__engine_step(e);
+        bool progressed = e->embeds ? ks__engine_step_embed(e) : ks__engine_step(e);
         pthread_mutex_lock(&e->mu);
         if (!progressed && e->n_live > 0 && !e->stopping) {
             /* Cannot happen while admission keeps its promise; sleep rather than spin if it does. */
@@ -176,6 +182,30 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* An embedding request: its inputs, each whole in one batch, and their lengths adding up. */
+static kiln_status check_inputs(const ks_engine *e, const ks_request *r) {
+    if (r->n_inputs < 0 || (r->n_inputs > 0 && !r->input_lens))
+        return kiln__error(KILN_E_INVALID_ARG, "request: n_inputs %d is negative or input_lens is NULL",
+                           r->n_inputs);
+    if (!e->embeds && r->n_inputs > 0)
+        return kiln__error(KILN_E_INVALID_ARG, "request: the model is a decoder; it makes no embeddings");
+    if (e->embeds && r->n_inputs == 0)
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "request: the model is an encoder; it makes embeddings, not completions");
+    int64_t sum = 0;
+    for (int32_t i = 0; i < r->n_inputs; i++) {
+        if (r->input_lens[i] < 1 || r->input_lens[i] > e->p.n_ctx)
+            return kiln__error(KILN_E_CONTEXT_FULL,
+                               "request: input %d has %d tokens; each input must have 1 .. %d (the context)",
+                               i, r->input_lens[i], e->p.n_ctx);
+        sum += r->input_lens[i];
+    }
+    if (sum != (e->embeds ? r->n_prompt : 0))
+        return kiln__error(KILN_E_INVALID_ARG, "request: input_lens add up to %lld, not n_prompt %d",
+                           (long long)sum, r->n_prompt);
+    return KILN_OK;
+}
+
 /* Every field of a request, each failure naming its field. */
 static kiln_status check_request(const ks_engine *e, const ks_request *r) {
     int32_t n_vocab = e->scratch.n_vocab;
@@ -186,6 +216,8 @@ static kiln_status check_request(const ks_engine *e, const ks_request *r) {
             return kiln__error(KILN_E_INVALID_ARG,
                                "request: prompt[%d] = %d is outside the vocabulary (0 .. %d)", i,
                                r->prompt[i], n_vocab - 1);
+    kiln_status st = check_inputs(e, r);
+    if (st != KILN_OK || e->embeds) return st;
     if (r->max_tokens < 1 || r->max_tokens > e->p.max_tokens_cap)
         return kiln__error(KILN_E_INVALID_ARG, "request: max_tokens %d is outside 1 .. %d", r->max_tokens,
                            e->p.max_tokens_cap);
@@ -236,6 +268,7 @@ void ks__req_free(ks_req *r) {
         free(r->stop[i]);
     free(r->stop);
     free(r->prompt);
+    free(r->input_lens);
     free(r->seqs);
     free(r->n_past);
     free(r->next_token);
@@ -259,6 +292,11 @@ static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void
     r->stop = calloc((size_t)in->n_stop + 1, sizeof *r->stop);
     if (!r->prompt || !r->stop) goto fail;
     memcpy(r->prompt, in->prompt, (size_t)in->n_prompt * sizeof *r->prompt);
+    if (in->n_inputs > 0) {
+        if (!(r->input_lens = malloc((size_t)in->n_inputs * sizeof *r->input_lens))) goto fail;
+        memcpy(r->input_lens, in->input_lens, (size_t)in->n_inputs * sizeof *r->input_lens);
+        r->req.input_lens = r->input_lens;
+    }
     for (int32_t i = 0; i < in->n_stop; i++, r->req.n_stop++)
         if (!(r->stop[i] = strdup(in->stop[i]))) goto fail;
     r->req.prompt = r->prompt;
@@ -367,6 +405,10 @@ void ks_engine_cancel(ks_engine *e, ks_handle h) {
     bool free_now = --r->refs == 0 && r->retired;
     pthread_mutex_unlock(&e->mu);
     if (free_now) ks__req_free(r);
+}
+
+bool ks_engine_embeds(const ks_engine *e) {
+    return e && e->embeds;
 }
 
 void ks_engine_metrics(ks_engine *e, ks_metrics *out) {

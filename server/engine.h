@@ -4,7 +4,8 @@
  * into ks_request values and engine events into OpenAI responses; this layer knows nothing of HTTP.
  *
  * One engine thread owns the model's context. Each step it builds one kiln_batch holding one token for
- * every decoding sequence, then slices of waiting prompts (chunked prefill) up to the step's token budget,
+ * every decoding sequence, then slices of waiting prompts (chunked prefill; short prompts that fit go
+ * before a longer one, which keeps a quarter of the budget) up to the step's token budget,
  * decode has priority, so a long prompt never stalls running streams for more than one step. Sequences
  * join and leave between steps. A request with n > 1 choices prefills its prompt once and shares it with
  * kiln_kv_seq_cp. Finished sequences' cells may stay cached (the prefix cache): a new request whose prompt
@@ -21,6 +22,12 @@
  * KS_EVENT_DONE/KS_EVENT_ERROR for that request. Detokenization (UTF-8 safe) and stop strings (held back
  * while a stop may still match across token boundaries, never emitted) are done here, so streaming and
  * non-streaming responses see the same text.
+ *
+ * Encoder models (kiln_model_is_causal false: BERT) serve embedding requests instead (ks_request.n_inputs
+ * > 0): each step packs whole inputs of queued requests, in submit order, into one batch of up to n_ctx
+ * tokens and KILN_SEQ_MAX sequences, and sends each input's pooled, unit-length vector as a
+ * KS_EVENT_EMBEDDING, then KS_EVENT_DONE once a request's inputs are all done. Such an engine refuses
+ * generation requests, and a decoder's engine refuses embedding requests (KILN_E_INVALID_ARG).
  *
  * Thread safety: ks_engine_submit, ks_engine_cancel, ks_engine_metrics and ks_engine_shutdown may be called
  * from any thread.
@@ -41,7 +48,8 @@ typedef struct ks_engine_params {
     int32_t n_ctx;         /* KV cells shared by every sequence (--ctx-size); default 4096, lowered to the
                             * model's context length when that is shorter */
     int32_t n_batch;       /* the per-step token budget (decode tokens + prefill slices); default 64;
-                            * at least n_parallel */
+                            * at least n_parallel. An encoder's engine takes n_ctx instead: each input
+                            * must be whole in one batch */
     int32_t max_queue;     /* requests waiting beyond the free sequences (--max-queue), >= 1; default 64 */
     int32_t max_tokens_cap;/* largest max_tokens a request may ask for; 0 (the default) = n_ctx */
     int32_t cache_seqs;    /* finished sequences kept for the prefix cache (0: no cache); default 8, and at
@@ -77,6 +85,11 @@ typedef struct ks_request {
     bool ignore_eos;       /* EOS and eot_token are then ordinary tokens */
     int32_t eot_token;     /* a token that ends a choice like EOS (the chat template's end of turn, found
                             * with kiln_vocab_find_token), or -1 */
+    /* Embedding requests (encoder engines only): prompt holds n_inputs inputs one after another, input i
+     * of input_lens[i] tokens (each 1 .. n_ctx, summing to n_prompt; copied by submit). The generation
+     * fields above are then ignored. 0 = a generation request. */
+    int32_t n_inputs;
+    const int32_t *input_lens;
 } ks_request;
 
 /* Defaults: prompt NULL, max_tokens 16, n 1, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties 0,
@@ -90,6 +103,7 @@ typedef enum ks_event_kind {
     KS_EVENT_CHOICE_END = 2, /* choice finished: finish reason */
     KS_EVENT_DONE = 3,  /* every choice finished: usage; the last event */
     KS_EVENT_ERROR = 4, /* the request failed or was cancelled by the server: message; the last event */
+    KS_EVENT_EMBEDDING = 5, /* one input's embedding: choice is the input's index, embedding its vector */
 } ks_event_kind;
 
 typedef struct ks_top_logprob {
@@ -114,6 +128,8 @@ typedef struct ks_event {
     int32_t completion_tokens;/* DONE: tokens sampled over all choices, a final EOS included */
     int32_t cached_tokens;    /* DONE: prompt tokens reused from the prefix cache */
     const char *message;      /* ERROR */
+    const float *embedding;   /* EMBEDDING: n_embd floats, unit L2 norm, valid during the callback */
+    int32_t n_embd;
 } ks_event;
 
 /* Called on the engine thread, one event at a time per engine. It may call ks_engine_submit,
@@ -122,6 +138,9 @@ typedef struct ks_event {
 typedef void (*ks_event_fn)(void *user, const ks_event *ev);
 
 typedef uint64_t ks_handle;
+
+/* Whether the engine serves embedding requests (its model is an encoder) rather than generation. */
+bool ks_engine_embeds(const ks_engine *e);
 
 /* Queue a request (the prompt and stop strings are copied). KILN_E_INVALID_ARG names a bad field (n above
  * n_parallel included); KILN_E_CONTEXT_FULL when the request can never fit: its cells, n_prompt +

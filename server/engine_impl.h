@@ -26,6 +26,7 @@ typedef struct ks_req {
     void *user;
     ks_request req;  /* prompt and stop point at the copies below */
     int32_t *prompt; /* [n_prompt] */
+    int32_t *input_lens; /* [n_inputs] embedding requests */
     char **stop;     /* [n_stop] */
     ks_choice_params cp;
     kiln_sampler_params sp;
@@ -51,7 +52,9 @@ typedef struct ks_req {
     int32_t *next_token; /* [n] the token each choice decodes next */
     int32_t *batch_at;   /* [n] its row in this step's batch, or -1 */
     double *t_last;      /* [n] when each choice's latest token came */
-    int32_t n_prefilled; /* prompt tokens in seqs[0]'s cells (reused ones included) */
+    int32_t n_prefilled; /* prompt tokens in seqs[0]'s cells (reused ones included); embedding
+                          * requests: tokens of the inputs done or in this step's batch */
+    int32_t next_input;  /* embedding requests: the first input not yet in a batch */
     int32_t slice;       /* prompt tokens in this step's batch */
     int32_t cached;      /* prompt tokens reused from the prefix cache */
     int32_t reserved;    /* KV cells this request may still take */
@@ -66,6 +69,7 @@ struct ks_engine {
     kiln_ctx *ctx;
     ks_engine_params p;
     int32_t n_seq_max;
+    bool embeds; /* an encoder: embedding requests only (step_embed.c) */
     pthread_t thread;
     bool thread_started;
 
@@ -93,10 +97,30 @@ struct ks_engine {
     kiln_batch batch;
     ks_gen_scratch scratch;
     ks_metrics delta; /* counters and histograms of this step, merged into metrics under mu */
+    struct ks_embed_slot {
+        ks_req *req;
+        int32_t input;
+    } embed_slots[KILN_SEQ_MAX]; /* an encoder's batch: sequence s holds input embed_slots[s] */
 };
 
-/* One step (step.c): sweep, admit, decode, sample, emit. Returns false when there was nothing to do. */
+/* One step (step.c): sweep, admit, decode, sample, emit. Returns false when there was nothing to do. An
+ * encoder's engine steps with ks__engine_step_embed instead (step_embed.c). */
 bool ks__engine_step(ks_engine *e);
+bool ks__engine_step_embed(ks_engine *e);
+
+/* Shared by both steps (step.c). Under mu: take the cancelled queued requests out of the queue, chained
+ * through next_queued onto *ended. */
+bool ks__engine_sweep_queue(ks_engine *e, ks_req **ended);
+/* Under mu: take r out of the queue. */
+void ks__engine_unqueue(ks_engine *e, ks_req *r);
+/* Under mu: the gauges, and with `merge` this step's counters and histograms. */
+void ks__engine_publish(ks_engine *e, bool merge);
+/* Pass an event to r's callback unless r was silenced (cancelled). */
+void ks__engine_emit(void *req, const ks_event *ev);
+/* Send an ended request ERROR (unless its client cancelled it) and retire it. */
+void ks__engine_end_request(ks_engine *e, ks_req *r);
+/* Send DONE to a request whose work is all done, and retire it. */
+void ks__engine_complete_request(ks_engine *e, ks_req *r);
 
 /* Hand a sequence id back to the free pool after its cells were forgotten (step.c). */
 void ks__engine_release_seq(void *engine, int32_t seq);

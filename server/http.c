@@ -198,6 +198,17 @@ static MHD_Result serve_model(ks_http *h, struct MHD_Connection *conn, const cha
     return ks_http_respond(conn, 200, "application/json", one, NULL, NULL);
 }
 
+/* The engine requests: chat, completions and embeddings. */
+static bool engine_route(int i) {
+    route_id id = routes[i].id;
+    return id == R_CHAT || id == R_COMPLETIONS || id == R_EMBEDDINGS;
+}
+
+static ks_api_kind api_kind(int i) {
+    route_id id = routes[i].id;
+    return id == R_CHAT ? KS_API_CHAT : id == R_COMPLETIONS ? KS_API_COMPLETION : KS_API_EMBEDDING;
+}
+
 static MHD_Result dispatch(ks_http *h, http_req *r, const char *url) {
     ks_api_error err;
     ks_metrics m;
@@ -216,21 +227,16 @@ static MHD_Result dispatch(ks_http *h, http_req *r, const char *url) {
         return serve_json(r->conn, h, ks_api_tokenize_json(r->body, r->len, &h->model, &err), &err);
     case R_DETOKENIZE:
         return serve_json(r->conn, h, ks_api_detokenize_json(r->body, r->len, &h->model, &err), &err);
-    case R_EMBEDDINGS:
-        ks_api_fail(&err, 400, "invalid_request_error", "model_not_embedding", "model",
-                    "the model '%s' does not produce embeddings; /v1/embeddings needs an embedding model",
-                    h->model.id);
-        return ks_http_respond_error(h, r->conn, &err);
-    case R_CHAT: return ks_http_completion(r, KS_API_CHAT);
-    case R_COMPLETIONS: return ks_http_completion(r, KS_API_COMPLETION);
+    case R_CHAT:
+    case R_COMPLETIONS:
+    case R_EMBEDDINGS: return ks_http_completion(r, api_kind(r->route));
     }
     return MHD_NO;
 }
 
 static MHD_Result refuse(ks_http *h, http_req *r, const ks_api_error *err) {
     r->phase = PHASE_RESPONDED;
-    if (r->route >= 0 && (routes[r->route].id == R_CHAT || routes[r->route].id == R_COMPLETIONS))
-        atomic_fetch_add(&h->rejected, 1);
+    if (r->route >= 0 && engine_route(r->route)) atomic_fetch_add(&h->rejected, 1);
     if (err->status == 405)
         return ks_http_respond(r->conn, 405, "application/json", ks_api_error_json(err),
                                MHD_HTTP_HEADER_ALLOW, r->allow);
@@ -270,9 +276,8 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char 
     }
     if (r->phase == PHASE_RESPONDED) return MHD_YES;
     if (r->phase == PHASE_WAITING || r->phase == PHASE_STREAMING)
-        return ks_http_completion(r, routes[r->route].id == R_CHAT ? KS_API_CHAT : KS_API_COMPLETION);
-    route_id id = routes[r->route].id;
-    if (id != R_CHAT && id != R_COMPLETIONS) r->phase = PHASE_RESPONDED;
+        return ks_http_completion(r, api_kind(r->route));
+    if (!engine_route(r->route)) r->phase = PHASE_RESPONDED;
     return dispatch(h, r, url);
 }
 
@@ -318,8 +323,10 @@ kiln_status ks_http_start(ks_http *h) {
     if (p->verbose) flags |= MHD_USE_ERROR_LOG;
     int32_t limit = 2 * (p->engine.n_parallel + p->engine.max_queue) + 64;
     if (limit > 4096) limit = 4096;
+    pthread_mutex_init(&h->watch_mu, NULL);
     if (!ks_watchdog_init(&h->watchdog, limit, p->timeout_s)) {
         fprintf(stderr, "kiln serve: out of memory for %d connection slots\n", limit);
+        ks_http_stop(h);
         return KILN_E_NOMEM;
     }
     h->daemon = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
@@ -328,7 +335,7 @@ kiln_status ks_http_start(ks_http *h) {
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit, MHD_OPTION_NOTIFY_CONNECTION,
                                  ks_watchdog_notify, &h->watchdog, MHD_OPTION_END);
     if (!h->daemon) {
-        ks_watchdog_free(&h->watchdog);
+        ks_http_stop(h);
         fprintf(stderr, "kiln serve: cannot listen on %s:%d (in use, or not an address of this machine?)\n",
                 p->host, p->port);
         return KILN_E_IO;
@@ -342,4 +349,5 @@ void ks_http_stop(ks_http *h) {
     if (h->daemon) MHD_stop_daemon(h->daemon);
     h->daemon = NULL;
     ks_watchdog_free(&h->watchdog);
+    pthread_mutex_destroy(&h->watch_mu);
 }

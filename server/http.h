@@ -38,6 +38,8 @@ typedef struct ks_http {
     _Atomic int active;        /* requests whose connection has not completed */
     uint16_t port;             /* the bound port (the chosen one when params->port is 0) */
     ks_watchdog watchdog;      /* drops clients too slow to send a request */
+    pthread_mutex_t watch_mu;  /* guards the list below */
+    struct http_req *watched;  /* submitted requests whose sockets ks_http_check_hangups watches */
 } ks_http;
 
 typedef enum req_phase {
@@ -75,7 +77,9 @@ typedef struct http_req {
     char *out;        /* (out_len) stream bytes not yet handed to MHD, from out_sent */
     size_t out_len, out_sent;
     int fd; /* the connection's socket, for the hang-up check */
-    double last_peek;
+    /* Under h->watch_mu: the list of submitted requests (holding a reference) until MHD completes them. */
+    struct http_req *watch_prev, *watch_next;
+    bool watching;
 } http_req;
 
 /* http.c */
@@ -91,6 +95,10 @@ MHD_Result ks_http_completion(http_req *r, ks_api_kind kind);
 /* MHD's completion callback for a request: cancels an unfinished engine request, drops MHD's reference. */
 void ks_http_completion_closed(http_req *r, enum MHD_RequestTerminationCode toe);
 void ks_http_req_release(http_req *r);
+/* Cancel the engine requests whose clients have closed their sockets while their connections were
+ * suspended (queued or generating, streaming or not), which MHD does not watch; called every 100 ms by
+ * the server's main thread. */
+void ks_http_check_hangups(ks_http *h);
 
 /* The embedded chat page (generated from page.html at build time by embed.cmake). */
 extern const unsigned char ks_page_html[];

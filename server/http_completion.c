@@ -5,9 +5,13 @@
  * The body is parsed (api_request.c) and submitted; the engine then calls on_event on its own thread,
  * which records the event in the request's ks_api_result under the request's mutex.
  *  - Non-streaming: the connection is suspended after submit and resumed on DONE or ERROR, when the access
- *    handler runs again and answers with the whole response. While it waits, each event checks (at most
- *    twice a second) whether the client has closed its socket, since MHD does not watch suspended
- *    connections; if so the connection is resumed, the request cancelled, and the connection dropped.
+ *    handler runs again and answers with the whole response.
+ *  - Every submitted request is on the server's watch list until MHD completes it. MHD does not watch a
+ *    suspended connection's socket at all, so ks_http_check_hangups (every 100 ms, on the main thread)
+ *    peeks at each suspended one: a client that has closed it is marked gone and its connection resumed,
+ *    the access handler (non-streaming) or stream_read (streaming) ends the connection, and MHD's
+ *    completion callback cancels the engine request, which the engine drops whether it is still queued
+ *    or running.
  *  - Streaming: a 200 text/event-stream response is queued at once, produced by stream_read from the bytes
  *    each event appends; when there is nothing to send, stream_read suspends the connection and the next
  *    event resumes it. Suspending and resuming both happen under the mutex, so a resume never comes
@@ -18,16 +22,11 @@
  */
 #include "http.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void ks_http_req_release(http_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
@@ -39,13 +38,58 @@ void ks_http_req_release(http_req *r) {
     free(r);
 }
 
-/* Whether a waiting non-streaming request's client has closed its socket. Called under r->mu. */
-static bool client_hung_up(http_req *r) {
-    double t = now_s();
-    if (r->fd < 0 || t - r->last_peek < 0.5) return false;
-    r->last_peek = t;
+/* Whether the client has closed (or reset) its end of the socket. A request's body has been read whole
+ * before it is submitted, so a readable end of stream means the client is gone; bytes of a pipelined next
+ * request hide it until they are read. */
+static bool socket_closed(int fd) {
     char b;
-    return recv(r->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    if (fd < 0) return false;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void watch(http_req *r) {
+    ks_http *h = r->h;
+    atomic_fetch_add(&r->refs, 1); /* the list's */
+    pthread_mutex_lock(&h->watch_mu);
+    r->watch_next = h->watched;
+    if (h->watched) h->watched->watch_prev = r;
+    h->watched = r;
+    r->watching = true;
+    pthread_mutex_unlock(&h->watch_mu);
+}
+
+static void unwatch(http_req *r) {
+    ks_http *h = r->h;
+    pthread_mutex_lock(&h->watch_mu);
+    bool was = r->watching;
+    if (was) {
+        if (r->watch_prev)
+            r->watch_prev->watch_next = r->watch_next;
+        else
+            h->watched = r->watch_next;
+        if (r->watch_next) r->watch_next->watch_prev = r->watch_prev;
+        r->watch_prev = r->watch_next = NULL;
+        r->watching = false;
+    }
+    pthread_mutex_unlock(&h->watch_mu);
+    if (was) ks_http_req_release(r);
+}
+
+/* A suspended connection whose client left is resumed with client_gone set: the access handler (waiting)
+ * or stream_read (streaming) then ends it, and MHD's completion callback cancels the engine request. */
+void ks_http_check_hangups(ks_http *h) {
+    pthread_mutex_lock(&h->watch_mu);
+    for (http_req *r = h->watched; r; r = r->watch_next) {
+        pthread_mutex_lock(&r->mu);
+        if (r->suspended && !r->engine_done && socket_closed(r->fd)) {
+            r->client_gone = true;
+            r->suspended = false;
+            MHD_resume_connection(r->conn);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&h->watch_mu);
 }
 
 /* The engine's callback (engine thread). */
@@ -56,8 +100,7 @@ static void on_event(void *user, const ks_event *ev) {
     if (!r->engine_done) {
         if (!ks_api_result_event(r->res, ev, r->api.stream ? &r->out : NULL, &r->out_len)) r->oom = true;
         if (last) r->engine_done = true;
-        if (!r->api.stream && !last && r->suspended && client_hung_up(r)) r->client_gone = true;
-        if (r->suspended && (r->api.stream || last || r->client_gone)) {
+        if (r->suspended && (r->api.stream || last)) {
             r->suspended = false;
             MHD_resume_connection(r->conn);
         }
@@ -86,7 +129,9 @@ static void cancel(http_req *r) {
 }
 
 void ks_http_completion_closed(http_req *r, enum MHD_RequestTerminationCode toe) {
+    (void)toe;
     if (r->mu_ready) cancel(r);
+    unwatch(r);
     ks_http_req_release(r);
 }
 
@@ -95,7 +140,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     http_req *r = cls;
     ssize_t n = 0;
     pthread_mutex_lock(&r->mu);
-    if (r->out_sent < r->out_len) {
+    if (r->client_gone) {
+        n = MHD_CONTENT_READER_END_WITH_ERROR; /* MHD closes the connection; its completion cancels */
+    } else if (r->out_sent < r->out_len) {
         size_t k = r->out_len - r->out_sent < max ? r->out_len - r->out_sent : max;
         memcpy(buf, r->out + r->out_sent, k);
         r->out_sent += k;
@@ -198,6 +245,9 @@ static MHD_Result submit(http_req *r, ks_api_kind kind) {
         return refuse(r, &err);
     }
     r->submitted = true;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    watch(r);
     if (r->api.stream) {
         r->phase = PHASE_STREAMING;
         return start_stream(r);
@@ -206,10 +256,6 @@ static MHD_Result submit(http_req *r, ks_api_kind kind) {
     pthread_mutex_lock(&r->mu);
     bool done = r->engine_done;
     if (!done) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        r->fd = ci ? ci->connect_fd : -1;
-        r->last_peek = now_s();
         r->suspended = true;
         MHD_suspend_connection(r->conn);
     }

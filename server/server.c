@@ -62,6 +62,8 @@ static void describe_model(ks_http *h, kiln_model *model, const ks_engine_params
     m->max_tokens_cap =
         ep->max_tokens_cap > 0 && ep->max_tokens_cap < m->n_ctx ? ep->max_tokens_cap : m->n_ctx;
     m->default_max_tokens = m->max_tokens_cap;
+    m->embeddings = !kiln_model_is_causal(model);
+    m->n_embd = kiln_model_n_embd(model);
     m->created = (int64_t)time(NULL);
 }
 
@@ -88,8 +90,9 @@ static void *load(void *arg) {
     }
     int expected = KS_STATE_LOADING;
     if (atomic_compare_exchange_strong(&h->state, &expected, KS_STATE_READY))
-        fprintf(stderr, "kiln serve: model '%s' (%s template, %d context); listening on http://%s%s%s:%u\n",
-                h->model.id, kiln_chat_template_name(h->model.tmpl), h->model.n_ctx,
+        fprintf(stderr, "kiln serve: model '%s' (%s%s, %d context); listening on http://%s%s%s:%u\n",
+                h->model.id, h->model.embeddings ? "encoder, /v1/embeddings" : kiln_chat_template_name(h->model.tmpl),
+                h->model.embeddings ? "" : " template", h->model.n_ctx,
                 strchr(p->host, ':') ? "[" : "", p->host, strchr(p->host, ':') ? "]" : "", h->port);
     atomic_store(&l->finished, 1);
     return NULL;
@@ -107,6 +110,7 @@ static bool wait_for_signal(loader *l, const sigset_t *set) {
         }
         if (atomic_load(&l->finished) < 0) return false;
         ks_watchdog_reap(&l->h->watchdog);
+        ks_http_check_hangups(l->h);
     }
 }
 

@@ -4,9 +4,9 @@
  *   1. sweep: requests cancelled by their client (silently) or by shutdown (with KS_EVENT_ERROR) give
  *      their sequences' cells back, whether queued, prefilling or decoding;
  *   2. admit: queued requests in submit order while sequences and cells allow (below);
- *   3. batch: one token for every decoding sequence first, then prompt slices of prefilling requests in
- *      admission order up to n_batch tokens (chunked prefill), so a long prompt delays running streams by
- *      at most one step however long it is;
+ *   3. batch: one token for every decoding sequence first, then prompt slices of prefilling requests up
+ *      to n_batch tokens (chunked prefill), so a long prompt delays running streams by at most one step
+ *      however long it is; short prompts that fit go before a longer one (build_batch);
  *   4. decode the batch; when a prompt is complete, its other choices share its cells (kiln_kv_seq_cp);
  *   5. sample every choice with logits and emit its events; a finished choice's sequence goes to the
  *      prefix cache, and a request whose choices are all finished gets KS_EVENT_DONE.
@@ -32,7 +32,7 @@ void ks__engine_release_seq(void *engine, int32_t seq) {
 }
 
 /* The emit function of choices: events of a silenced (cancelled) request are dropped. */
-static void emit_event(void *user, const ks_event *ev) {
+void ks__engine_emit(void *user, const ks_event *ev) {
     ks_req *r = user;
     ks_engine *e = r->engine;
     pthread_mutex_lock(&r->cb_mu);
@@ -156,8 +156,7 @@ static admit_result try_admit(ks_engine *e, ks_req *r, double now) {
     return ADMIT_OK;
 }
 
-/* Take a request out of the queue (under mu). */
-static void unqueue(ks_engine *e, ks_req *r) {
+void ks__engine_unqueue(ks_engine *e, ks_req *r) {
     ks_req *prev = NULL;
     for (ks_req *q = e->queue_head; q; prev = q, q = q->next_queued)
         if (q == r) {
@@ -170,6 +169,19 @@ static void unqueue(ks_engine *e, ks_req *r) {
             e->queued--;
             return;
         }
+}
+
+bool ks__engine_sweep_queue(ks_engine *e, ks_req **ended) {
+    bool changed = false;
+    for (ks_req *r = e->queue_head, *next; r; r = next) {
+        next = r->next_queued;
+        if (!r->cancel_requested && !r->shutdown_requested) continue;
+        ks__engine_unqueue(e, r);
+        r->next_queued = *ended;
+        *ended = r;
+        changed = true;
+    }
+    return changed;
 }
 
 /* Drop active[i] from the active list, keeping admission order. */
@@ -192,19 +204,12 @@ static bool sweep_and_admit(ks_engine *e, ks_req **ended, double now) {
         *ended = r;
         changed = true;
     }
-    for (ks_req *r = e->queue_head, *next; r; r = next) {
-        next = r->next_queued;
-        if (!r->cancel_requested && !r->shutdown_requested) continue;
-        unqueue(e, r);
-        r->next_queued = *ended;
-        *ended = r;
-        changed = true;
-    }
+    changed |= ks__engine_sweep_queue(e, ended);
     while (e->queue_head && e->n_active < KILN_SEQ_MAX) {
         ks_req *r = e->queue_head;
         admit_result a = try_admit(e, r, now);
         if (a == ADMIT_WAIT) break;
-        unqueue(e, r);
+        ks__engine_unqueue(e, r);
         changed = true;
         if (a == ADMIT_FAIL) {
             r->next_queued = *ended;
@@ -221,8 +226,7 @@ static void hist_add(ks_histogram *dst, ks_histogram *src) {
     dst->sum += src->sum;
 }
 
-/* Under mu: the gauges, and with `merge` this step's counters and histograms. */
-static void publish(ks_engine *e, bool merge) {
+void ks__engine_publish(ks_engine *e, bool merge) {
     ks_metrics *m = &e->metrics;
     m->queue_depth = e->queued;
     m->running_sequences = e->running_seqs;
@@ -247,7 +251,7 @@ typedef enum outcome { OUTCOME_OK, OUTCOME_FAILED, OUTCOME_CANCELLED } outcome;
 static void settle(ks_engine *e, const ks_req *r, outcome o) {
     double now = ks__now();
     pthread_mutex_lock(&e->mu);
-    publish(e, true);
+    ks__engine_publish(e, true);
     if (o == OUTCOME_OK) {
         e->metrics.requests_ok++;
         ks__hist_observe(&e->metrics.end_to_end, now - r->t_submit);
@@ -259,8 +263,7 @@ static void settle(ks_engine *e, const ks_req *r, outcome o) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Send an ended request its last event (ERROR unless its client cancelled it) and retire it. */
-static void end_request(ks_engine *e, ks_req *r) {
+void ks__engine_end_request(ks_engine *e, ks_req *r) {
     pthread_mutex_lock(&e->mu);
     bool cancelled = r->cancel_requested;
     pthread_mutex_unlock(&e->mu);
@@ -268,7 +271,7 @@ static void end_request(ks_engine *e, ks_req *r) {
     if (!cancelled) {
         const char *why = r->error[0] ? r->error : "server shutting down";
         ks_event ev = {.kind = KS_EVENT_ERROR, .message = why};
-        emit_event(r, &ev);
+        ks__engine_emit(r, &ev);
     }
     ks__engine_retire(e, r);
 }
@@ -277,13 +280,48 @@ static bool prefilling(const ks_req *r) {
     return r->n_prefilled < r->req.n_prompt;
 }
 
-/* Decoding tokens first, then prompt slices up to the step budget. */
+static int32_t prompt_left(const ks_req *r) {
+    return r->req.n_prompt - r->n_prefilled;
+}
+
+/* Put the next n prompt tokens of r into the batch. */
+static void add_slice(kiln_batch *b, ks_req *r, int32_t n) {
+    r->slice = n;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t pos = r->n_prefilled + j;
+        bool last = pos == r->req.n_prompt - 1;
+        if (last) r->batch_at[0] = b->n_tokens;
+        kiln_batch_add(b, r->prompt[pos], pos, r->seqs[0], last);
+    }
+}
+
+/* The shortest prompt (the first admitted among equals) that is shorter than `than`, fits in `room` and
+ * has no slice yet; NULL if none. */
+static ks_req *shortest_prompt(ks_engine *e, int32_t than, int32_t room) {
+    ks_req *best = NULL;
+    for (int32_t a = 0; a < e->n_active; a++) {
+        ks_req *r = e->active[a];
+        int32_t left = prompt_left(r);
+        if (prefilling(r) && r->slice == 0 && left < than && left <= room &&
+            (!best || left < prompt_left(best)))
+            best = r;
+    }
+    return best;
+}
+
+/* Decoding tokens first, then prompt slices up to the step budget: first every prompt that can be
+ * finished in this step and is shorter than the oldest prompt still being prefilled, shortest first,
+ * while that oldest one keeps a quarter of the budget; then the rest in admission order. So a short
+ * prompt does not wait behind a long one's whole prefill, the long one still advances every step (it
+ * cannot starve), and prompts of equal length keep their admission order. */
 static void build_batch(ks_engine *e) {
     kiln_batch *b = &e->batch;
     kiln_batch_clear(b);
+    ks_req *oldest = NULL;
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
         r->slice = 0;
+        if (prefilling(r) && !oldest) oldest = r;
         for (int32_t i = 0; i < r->req.n; i++) {
             r->batch_at[i] = -1;
             if (prefilling(r) || r->choices[i].done) continue;
@@ -292,18 +330,19 @@ static void build_batch(ks_engine *e) {
         }
     }
     int32_t budget = e->p.n_batch - b->n_tokens;
+    if (oldest) {
+        int32_t keep = prompt_left(oldest) < budget / 4 ? prompt_left(oldest) : budget / 4;
+        for (ks_req *r; (r = shortest_prompt(e, prompt_left(oldest), budget - keep));) {
+            budget -= prompt_left(r);
+            add_slice(b, r, prompt_left(r));
+        }
+    }
     for (int32_t a = 0; a < e->n_active && budget > 0; a++) {
         ks_req *r = e->active[a];
-        if (!prefilling(r)) continue;
-        int32_t left = r->req.n_prompt - r->n_prefilled;
-        r->slice = left < budget ? left : budget;
-        budget -= r->slice;
-        for (int32_t j = 0; j < r->slice; j++) {
-            int32_t pos = r->n_prefilled + j;
-            bool last = pos == r->req.n_prompt - 1;
-            if (last) r->batch_at[0] = b->n_tokens;
-            kiln_batch_add(b, r->prompt[pos], pos, r->seqs[0], last);
-        }
+        if (!prefilling(r) || r->slice > 0) continue;
+        int32_t n = prompt_left(r) < budget ? prompt_left(r) : budget;
+        budget -= n;
+        add_slice(b, r, n);
     }
 }
 
@@ -346,7 +385,7 @@ static bool sample_request(ks_engine *e, ks_req *r, double now) {
         const float *logits = kiln_ctx_logits(e->ctx, r->batch_at[i]);
         int32_t token = 0;
         kiln_status st =
-            logits ? ks__choice_step(c, &e->scratch, logits, emit_event, r, &token) : KILN_E_INTERNAL;
+            logits ? ks__choice_step(c, &e->scratch, logits, ks__engine_emit, r, &token) : KILN_E_INTERNAL;
         if (st != KILN_OK) {
             snprintf(r->error, sizeof r->error, "choice %d: %s", i, kiln_last_error());
             return false;
@@ -365,14 +404,13 @@ static bool sample_request(ks_engine *e, ks_req *r, double now) {
     return true;
 }
 
-/* DONE for a request whose choices have all finished. */
-static void complete_request(ks_engine *e, ks_req *r) {
+void ks__engine_complete_request(ks_engine *e, ks_req *r) {
     ks_event ev = {.kind = KS_EVENT_DONE,
                    .prompt_tokens = r->req.n_prompt,
                    .completion_tokens = r->completion_tokens,
                    .cached_tokens = r->cached};
     settle(e, r, OUTCOME_OK);
-    emit_event(r, &ev);
+    ks__engine_emit(r, &ev);
     ks__engine_retire(e, r);
 }
 
@@ -384,7 +422,7 @@ static void fail_all(ks_engine *e, kiln_status st) {
                  kiln_last_error());
         abort_request(e, r);
         deactivate(e, 0);
-        end_request(e, r);
+        ks__engine_end_request(e, r);
     }
 }
 
@@ -399,10 +437,10 @@ static void process_outputs(ks_engine *e, double now) {
         }
         deactivate(e, a);
         if (ok) {
-            complete_request(e, r);
+            ks__engine_complete_request(e, r);
         } else {
             abort_request(e, r);
-            end_request(e, r);
+            ks__engine_end_request(e, r);
         }
     }
 }
@@ -411,11 +449,11 @@ bool ks__engine_step(ks_engine *e) {
     ks_req *ended = NULL;
     pthread_mutex_lock(&e->mu);
     bool progressed = sweep_and_admit(e, &ended, ks__now());
-    publish(e, false);
+    ks__engine_publish(e, false);
     pthread_mutex_unlock(&e->mu);
     for (ks_req *r = ended, *next; r; r = next) {
         next = r->next_queued;
-        end_request(e, r);
+        ks__engine_end_request(e, r);
     }
     build_batch(e);
     if (e->batch.n_tokens > 0) {
@@ -427,13 +465,13 @@ bool ks__engine_step(ks_engine *e) {
             account_decode(e);
             pthread_mutex_lock(&e->mu);
             e->metrics.steps++;
-            publish(e, false);
+            ks__engine_publish(e, false);
             pthread_mutex_unlock(&e->mu);
             process_outputs(e, ks__now());
         }
     }
     pthread_mutex_lock(&e->mu);
-    publish(e, true);
+    ks__engine_publish(e, true);
     pthread_mutex_unlock(&e->mu);
     return progressed;
 }

@@ -7,3 +7,6 @@ add_test(NAME embed_model_setup
 set_tests_properties(embed_model_setup PROPERTIES FIXTURES_SETUP minilm TIMEOUT 900)
 target_compile_definitions(test_embed PRIVATE KILN_MINILM_DIR="${KILN_MINILM_DIR}")
 set_tests_properties(test_embed PROPERTIES FIXTURES_REQUIRED minilm)
+# The server's /v1/embeddings on the same model.
+target_compile_definitions(test_server_embed PRIVATE KILN_MINILM_DIR="${KILN_MINILM_DIR}")
+set_tests_properties(test_server_embed PROPERTIES FIXTURES_REQUIRED minilm)

@@ -119,6 +119,10 @@ static void on_event(void *user, const ks_event *ev) {
         c->completion_tokens = ev->completion_tokens;
         c->cached_tokens = ev->cached_tokens;
         break;
+    case KS_EVENT_EMBEDDING: /* a decoder's engine never sends one */
+        c->error = true;
+        snprintf(c->message, sizeof c->message, "an embedding event from a decoder's engine");
+        break;
     case KS_EVENT_ERROR:
         c->error = true;
         snprintf(c->message, sizeof c->message, "%s", ev->message);
@@ -350,6 +354,78 @@ static void a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token
     collector_free(l);
     for (int i = 0; i < N_STREAMS; i++)
         collector_free(s[i]);
+}
+
+/* A stream's callback that submits another request as soon as the metrics show a given request admitted
+ * (so that it arrives while that one's prompt is being prefilled), recording the step it was sent in. */
+static struct {
+    ks_engine *e;
+    uint64_t prompt_tokens; /* submit once metrics.prompt_tokens reaches this */
+    const ks_request *req;
+    collector *c;
+    bool sent;
+    uint64_t step;
+} trigger;
+
+static void on_event_then_submit(void *user, const ks_event *ev) {
+    on_event(user, ev);
+    ks_metrics m;
+    ks_engine_metrics(trigger.e, &m);
+    if (trigger.sent || m.prompt_tokens < trigger.prompt_tokens) return;
+    trigger.sent = true;
+    trigger.step = m.steps;
+    CHECK_OK(ks_engine_submit(trigger.e, trigger.req, on_event, trigger.c, &trigger.c->handle));
+}
+
+static void a_short_prompt_overtakes_a_long_prefill_and_both_give_what_they_give_alone(void) {
+    enum { LONG = 1000, BATCH = 64 };
+    ks_engine *e = engine_with(3, 2048, BATCH, 0);
+    int32_t stream_prompt[64], short_prompt[64], long_prompt[LONG];
+    ks_request a = greedy_request(stream_prompt, tokenize(PROMPTS[0], stream_prompt, 64), 400);
+    a.ignore_eos = true;
+    collector *ca = collector_new(e), *cl = collector_new(e), *cs = collector_new(e);
+    uint32_t x = 777;
+    long_prompt[0] = 1;
+    for (int i = 1; i < LONG; i++) {
+        x = x * 1664525u + 1013904223u;
+        long_prompt[i] = 3 + (int32_t)(x >> 8) % 500;
+    }
+    ks_request l = greedy_request(long_prompt, LONG, 2), s = greedy_request(short_prompt, 0, 8);
+    s.n_prompt = tokenize(PROMPTS[3], short_prompt, 64);
+    l.logprobs = s.logprobs = 0; /* the tokens come with the events */
+    ks_metrics m0;
+    ks_engine_metrics(e, &m0);
+    trigger.e = e;
+    trigger.prompt_tokens = m0.prompt_tokens + (uint64_t)a.n_prompt + LONG;
+    trigger.req = &s;
+    trigger.c = cs;
+    trigger.sent = false;
+    CHECK_OK(ks_engine_submit(e, &a, on_event_then_submit, ca, &ca->handle));
+    CHECK(wait_text_events(ca, 2, WAIT_S));
+    CHECK_OK(ks_engine_submit(e, &l, on_event, cl, &cl->handle));
+    CHECK(wait_end(cl, WAIT_S));
+    CHECK(wait_end(cs, WAIT_S));
+    CHECK(trigger.sent);
+    /* The short prompt is admitted in the step after it was sent and finished there, while the long one,
+     * admitted before it, still had most of its 1,000 tokens (about 60 a step) to go. */
+    uint64_t short_first = cs->step_of_event[0][0], long_first = cl->step_of_event[0][0];
+    CHECK(short_first <= trigger.step + 2);
+    CHECK(short_first < long_first);
+    /* Greedy output is what each prompt gives decoded alone. */
+    int32_t ref[8];
+    int32_t n = greedy_alone(short_prompt, s.n_prompt, 8, false, 0, 0, ref);
+    CHECK_EQ_INT(cs->n_tokens[0], n);
+    for (int32_t j = 0; j < n && j < cs->n_tokens[0]; j++)
+        CHECK_EQ_INT(cs->tokens[0][j], ref[j]);
+    n = greedy_alone(long_prompt, LONG, 2, false, 0, 0, ref);
+    CHECK_EQ_INT(cl->n_tokens[0], n);
+    for (int32_t j = 0; j < n && j < cl->n_tokens[0]; j++)
+        CHECK_EQ_INT(cl->tokens[0][j], ref[j]);
+    ks_engine_cancel(e, ca->handle);
+    ks_engine_destroy(e);
+    collector_free(ca);
+    collector_free(cl);
+    collector_free(cs);
 }
 
 static void n_choices_at_temperature_0_are_identical_and_share_one_prefill(void) {
@@ -646,6 +722,7 @@ static void every_invalid_field_is_refused_by_name(void) {
     const char *empty_stop[1] = {""};
     collector *c = collector_new(e);
     ks_handle h;
+    int32_t lens[1] = {4};
     struct {
         const char *field;
         ks_request r;
@@ -673,6 +750,7 @@ static void every_invalid_field_is_refused_by_name(void) {
     CASE("stop[0] is empty", (r_.stop = empty_stop, r_.n_stop = 1));
     CASE("logprobs 21", r_.logprobs = 21);
     CASE("eot_token 512", r_.eot_token = 512);
+    CASE("the model is a decoder; it makes no embeddings", (r_.n_inputs = 1, r_.input_lens = lens));
 #undef CASE
     for (int i = 0; i < n; i++) {
         CHECK_STATUS(ks_engine_submit(e, &cases[i].r, on_event, c, &h), KILN_E_INVALID_ARG);
@@ -780,6 +858,7 @@ int main(void) {
     }
     RUN(concurrent_greedy_requests_each_match_their_sequence_decoded_alone);
     RUN(a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token_each_step);
+    RUN(a_short_prompt_overtakes_a_long_prefill_and_both_give_what_they_give_alone);
     RUN(n_choices_at_temperature_0_are_identical_and_share_one_prefill);
     RUN(a_stop_string_split_across_tokens_is_never_emitted_and_cuts_the_text_exactly);
     RUN(a_cached_prefix_is_reused_and_gives_what_a_fresh_engine_gives);

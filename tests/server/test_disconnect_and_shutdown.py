@@ -1,11 +1,14 @@
 """
 Clients that leave and servers that stop: a client that disconnects mid-stream has its sequence freed
 (GET /metrics: kiln_running_sequences back to 0, the request counted as cancelled, generation stopped
-long before max_tokens, its KV cells released); a full queue answers 429 with Retry-After, which the
-openai client raises as RateLimitError; SIGTERM under load exits with status 0 within the grace period,
-and a sanitizer build reports nothing on the way out.
+long before max_tokens, its KV cells released); a client that leaves while its request still waits in
+the queue has it cancelled there; a full queue answers 429 with Retry-After, which the openai client
+raises as RateLimitError; SIGTERM under load exits with status 0 within the grace period, and a sanitizer
+build reports nothing on the way out.
 """
+import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -65,6 +68,56 @@ def test_disconnect_of_many_streams_at_once_frees_them_all(start_server):
     assert m["kiln_running_sequences"] == 0 and m["kiln_queue_depth"] == 0
     assert requests.post(s.v1 + "/completions", json={"prompt": "The cat", "max_tokens": 4},
                          timeout=30).status_code == 200
+
+
+def send_raw(port, body):
+    """A POST sent on a socket that is left open and never read: the client of a queued request."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    return sock
+
+
+@pytest.mark.timeout(60)
+def test_a_queued_client_that_disconnects_is_cancelled_while_still_queued(start_server):
+    # One sequence; --cpu ref makes the first request (1900 tokens) take a second or more. It runs, four
+    # wait; two of the waiting clients (one plain, one streaming) leave. MHD does not watch the sockets of
+    # suspended connections, so the server's own check (every 100 ms) must see them and cancel them in the
+    # queue: the queue shrinks while the first request still runs, and they are never admitted (no queue
+    # time is recorded for them). Then the first client leaves too, and the two short ones left finish.
+    s = start_server("queued-disconnect", args=["--parallel", "1", "--max-queue", "8", "--cpu", "ref"])
+    before = s.metrics()
+    prompts = ["Once upon a time", "The cat sat", "A dog ran far away", "Tom and Lily went", "The sun"]
+    socks = [send_raw(s.port, {"prompt": p, "max_tokens": LONG if i == 0 else 32, "temperature": 0,
+                               "ignore_eos": True, "stream": i == 3}) for i, p in enumerate(prompts)]
+    try:
+        m = wait_metrics(s, lambda m: m["kiln_queue_depth"] == 4 and m["kiln_running_sequences"] == 1)
+        assert m["kiln_queue_depth"] == 4, m
+        socks[2].close()
+        socks[3].close()
+        m = wait_metrics(s, lambda m: m["kiln_queue_depth"] <= 2, timeout=5)
+        assert m["kiln_queue_depth"] == 2
+        assert m['kiln_requests_total{status="cancelled"}'] - before['kiln_requests_total{status="cancelled"}'] == 2
+        assert m['kiln_requests_total{status="ok"}'] == before['kiln_requests_total{status="ok"}'], \
+            "the running request finished before the queued cancellations were seen"
+        socks[0].close()
+        for i in (1, 4):
+            socks[i].settimeout(30)
+            reply = b""
+            while b'"usage"' not in reply:
+                chunk = socks[i].recv(65536)
+                assert chunk, reply[-300:]
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in socks:
+            sock.close()
+    m = wait_metrics(s, lambda m: m['kiln_requests_total{status="ok"}'] - before['kiln_requests_total{status="ok"}'] == 2)
+    assert m['kiln_requests_total{status="ok"}'] - before['kiln_requests_total{status="ok"}'] == 2
+    assert m['kiln_requests_total{status="cancelled"}'] - before['kiln_requests_total{status="cancelled"}'] == 3
+    # Only the first and the two short ones were ever admitted.
+    assert m["kiln_queue_time_seconds_count"] - before["kiln_queue_time_seconds_count"] == 3
 
 
 @pytest.mark.timeout(60)
