@@ -327,10 +327,12 @@ def soak(args):
                       flush=True)
         rss1 = rss_kib(srv.proc.pid)
         wall = time.monotonic() - t0
+        unfinished = len(sel.get_map())  # still streaming when the drain window closed: neither ok nor error
     finally:
         srv.stop()
-    print(f"soak: {args.clients} clients, {wall:.0f} s, {ok} requests ok, {errors} errors, {tokens} tokens "
-          f"({tokens / wall:.1f} tok/s), RSS start {rss0 / 1024:.1f} MiB, end {rss1 / 1024:.1f} MiB, "
+    print(f"soak: {args.clients} clients, {wall:.0f} s, {ok} requests ok, {errors} errors, "
+          f"{unfinished} unfinished at the cut-off, {tokens} tokens ({tokens / wall:.1f} tok/s), "
+          f"RSS start {rss0 / 1024:.1f} MiB, end {rss1 / 1024:.1f} MiB, "
           f"server exit {srv.proc.returncode}")
     return 1 if errors or srv.proc.returncode != 0 else 0
 
