@@ -30,6 +30,7 @@
  *                 the range are neither run nor read except as sources of nodes inside it.
  *   destroy       releases the backend
  *   memory        optional: what it prepared (repacked weights); the wrapper reports zeros without it
+ *   describe      optional: the name with the device it runs on, for kiln_model_backends
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -64,6 +65,7 @@ typedef struct kiln_backend_iface {
     kiln_status (*compute)(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1);
     void (*destroy)(kiln_backend *b);
     void (*memory)(const kiln_backend *b, kiln_backend_memory *out); /* optional: nothing prepared */
+    const char *(*describe)(const kiln_backend *b); /* optional: a longer name (default: name) */
 } kiln_backend_iface;
 
 struct kiln_backend {
@@ -85,8 +87,16 @@ kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out);
 kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op *ops, int32_t n_ops,
                                                 kiln_backend **out);
 
+/* A Vulkan backend on device `device` of kiln_device_get (-1: the first discrete or integrated GPU, never
+ * a CPU device). KILN_E_UNSUPPORTED, with a message saying why, when Kiln was built without Vulkan, there
+ * is no loader, or no such device: the engine then falls back to the CPU (src/backend/vulkan/). */
+kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out);
+/* "vulkan:0 (llvmpipe ...)" for a Vulkan backend; its name for any other. */
+const char *kiln__backend_describe(const kiln_backend *b);
+
 /* A backend other than the CPU by name (the first len bytes of name), for the device list of
  * kiln_model_params; KILN_E_NOT_FOUND lists the known names. */
+bool kiln__backend_name_is_vulkan(const char *name, size_t len); /* "vulkan", "vulkan:N" or "auto" */
 kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out);
 
 /* The CPU backend's weight preparation: mapping/size is a read-only file mapping whose pages it hands
@@ -100,6 +110,7 @@ struct kiln_backend_memory {
     int32_t n_prepared;
     uint64_t prepared_bytes;
     uint64_t released_bytes; /* mapped file bytes handed back after preparing */
+    kiln_device_memory device; /* a device backend's memory pool (zeros for the CPU) */
 };
 void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 
