@@ -445,14 +445,17 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
 /* The test hooks of docs/vulkan.md, read from the environment of the process that starts a backend:
  * KILN_VULKAN_REFUSE=OP (an op name as kiln graph prints it) makes supports_op refuse that op, and
  * KILN_VULKAN_FAIL_ALLOC=N makes the pool's N-th block allocation fail as out of device memory (1: the
- * start-up probe, so the device is dropped and the CPU runs everything). */
+ * start-up probe, so the device is dropped and the CPU runs everything), and KILN_VULKAN_POOL=0 turns the
+ * pool off (every buffer its own vkAllocateMemory, freed at once: what the pool is measured against). */
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
     kiln_vk_options o = {.device = device, .pooled = true, .refuse = KILN_OP_NONE};
     const char *refuse = getenv("KILN_VULKAN_REFUSE"), *fail = getenv("KILN_VULKAN_FAIL_ALLOC");
+    const char *pool = getenv("KILN_VULKAN_POOL");
     kiln_status s;
     uintptr_t probe;
     for (int op = KILN_OP_NONE + 1; refuse && op < KILN_OP_COUNT; op++)
         if (!strcmp(refuse, kiln__op_name((kiln_op)op))) o.refuse = (kiln_op)op;
+    if (pool && !strcmp(pool, "0")) o.pooled = false;
     if ((s = kiln__backend_vulkan_create_ex(&o, out))) return s;
     kiln_vk_ctx *c = (*out)->context;
     if (fail && atoi(fail) > 0) kiln__vk_pool_fail_after(c->dev->pool, atoi(fail));
