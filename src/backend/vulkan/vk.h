@@ -83,10 +83,12 @@ typedef struct kiln_vk_loader {
     PFN_vkGetInstanceProcAddr get_instance_proc;
     VkInstance instance;
     kiln_vk_fns fn;
+    bool shared; /* a copy of the process-wide loader (vk_loader.c): close leaves the instance alone */
 } kiln_vk_loader;
 
-/* dlopen the loader and create an instance (Vulkan 1.1). KILN_E_UNSUPPORTED when there is no loader or
- * it cannot make an instance; the message says which. */
+/* The loader with an instance (Vulkan 1.1): a copy of the process-wide one, or with $KILN_VULKAN_LOADER a
+ * private one. KILN_E_UNSUPPORTED when there is no loader or it cannot make an instance; the message says
+ * which. */
 kiln_status kiln__vk_open(kiln_vk_loader *l);
 void kiln__vk_close(kiln_vk_loader *l); /* a zeroed loader is a no-op */
 /* The instance's physical devices: at most cap into out, their number in *n. */

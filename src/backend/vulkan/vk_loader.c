@@ -34,12 +34,11 @@ const char *kiln__vk_result_name(VkResult r) {
     }
 }
 
-kiln_status kiln__vk_open(kiln_vk_loader *l) {
-    const char *name = getenv("KILN_VULKAN_LOADER");
+/* Open `name` and make an instance, into l. */
+static kiln_status open_private(kiln_vk_loader *l, const char *name) {
     PFN_vkCreateInstance create;
     VkResult r;
     memset(l, 0, sizeof *l);
-    if (!name || !*name) name = "libvulkan.so.1";
     l->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!l->lib) {
         const char *why = dlerror();
@@ -73,6 +72,35 @@ kiln_status kiln__vk_open(kiln_vk_loader *l) {
     return KILN_OK;
 }
 
+/* The process-wide loader and instance for libvulkan.so.1, made once and never destroyed: the Vulkan loader
+ * unloads its drivers when the last instance goes, and a driver such as lavapipe (with its LLVM) does not
+ * unload cleanly, so every backend and the device list share this one instance and make their own
+ * VkDevice from it. A $KILN_VULKAN_LOADER other than the default (a test hook) gets a private instance. */
+static struct {
+    pthread_once_t once;
+    kiln_vk_loader loader;
+    kiln_status status;
+    char error[256];
+} shared = {.once = PTHREAD_ONCE_INIT};
+
+static void open_shared(void) {
+    shared.status = open_private(&shared.loader, "libvulkan.so.1");
+    if (shared.status) snprintf(shared.error, sizeof shared.error, "%s", kiln_last_error());
+    shared.loader.shared = true;
+}
+
+kiln_status kiln__vk_open(kiln_vk_loader *l) {
+    const char *name = getenv("KILN_VULKAN_LOADER");
+    if (name && *name && strcmp(name, "libvulkan.so.1")) return open_private(l, name);
+    pthread_once(&shared.once, open_shared);
+    if (shared.status) {
+        memset(l, 0, sizeof *l);
+        return kiln__error(shared.status, "%s", shared.error);
+    }
+    *l = shared.loader;
+    return KILN_OK;
+}
+
 kiln_status kiln__vk_load_device(kiln_vk_loader *l, VkDevice dev) {
 #define KILN_VK_LOAD(fname)                                                                                   \
     l->fn.fname = (PFN_##fname)l->fn.vkGetDeviceProcAddr(dev, #fname);                                        \
@@ -83,6 +111,10 @@ kiln_status kiln__vk_load_device(kiln_vk_loader *l, VkDevice dev) {
 }
 
 void kiln__vk_close(kiln_vk_loader *l) {
+    if (l->shared) { /* the process-wide instance stays */
+        memset(l, 0, sizeof *l);
+        return;
+    }
     if (l->instance && l->fn.vkDestroyInstance) l->fn.vkDestroyInstance(l->instance, NULL);
     if (l->instance && !l->fn.vkDestroyInstance && l->get_instance_proc) {
         PFN_vkDestroyInstance destroy =
