@@ -6,6 +6,9 @@
  * alone's. Each run also checks that the backend under test took the node (one split, on it), so a
  * silent fallback to the CPU cannot pass.
  *
+ * Attention runs on a device here because its k and v are plain inputs; in a model they are KV-cache
+ * views, which the scheduler keeps on the CPU.
+ *
  * Backends: cpu-restricted (the CPU's own kernels: bit-exact), and vulkan:0 when a Vulkan device exists
  * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
  * Tolerances, as max |got - ref| / max |ref| over the output: elementwise and get_rows 1e-6 (the same
@@ -174,6 +177,19 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         }
         return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f, 1.0f);
     }
+    case KILN_OP_ATTENTION: { /* a = q [D, Hq, T], b = k and v [D, Hkv, C]; a causal mask, one row hidden */
+        int64_t mne[2] = {c->b[2], c->a[2]};
+        kiln_tensor *q = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in), *k = leaf(g, d, 1, KILN_TYPE_F32, 3, c->b, in);
+        kiln_tensor *v = leaf(g, d, 2, KILN_TYPE_F32, 3, c->b, in), *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
+        float *mask = d->buf[3];
+        for (int64_t t = 0; mask && t < mne[1]; t++)
+            for (int64_t j = 0; j < mne[0]; j++) {
+                bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1);
+                if (hidden) mask[t * mne[0] + j] = -INFINITY;
+                else if (c->variant == 0) mask[t * mne[0] + j] = 0.0f;
+            }
+        return kiln__attention(g, q, k, v, m, 0.35f);
+    }
     default: return NULL;
     }
 }
@@ -254,6 +270,8 @@ static const bo_case cases[] = {
     {"get_rows f16", KILN_OP_GET_ROWS, KILN_TYPE_F16, {64, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
     {"get_rows q8_0", KILN_OP_GET_ROWS, KILN_TYPE_Q8_0, {96, 20, 1, 1}, {5, 1, 1, 1}, 0, 1e-6f},
     {"get_rows q4_0", KILN_OP_GET_ROWS, KILN_TYPE_Q4_0, {64, 20, 1, 1}, {9, 1, 1, 1}, 0, 1e-6f},
+    {"attention gqa causal", KILN_OP_ATTENTION, 0, {16, 4, 5, 1}, {16, 2, 9, 1}, 0, 1e-5f},
+    {"attention long, bias mask", KILN_OP_ATTENTION, 0, {8, 8, 3, 1}, {8, 8, 200, 1}, 1, 1e-5f},
     {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 1e-5f},
     {"rope neox partial", KILN_OP_ROPE, 0, {16, 3, 6, 1}, {0}, 3, 1e-5f},
     {"rope neox factors", KILN_OP_ROPE, 0, {8, 2, 8, 1}, {0}, 6, 1e-5f},

@@ -200,6 +200,7 @@ enum {
     KILN_VK_PIPE_NORM,
     KILN_VK_PIPE_SOFTMAX,
     KILN_VK_PIPE_ROPE,
+    KILN_VK_PIPE_ATTENTION,
     KILN_VK_PIPE_MATMUL,       /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + 4, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + 4,
@@ -242,10 +243,13 @@ typedef struct kiln_vk_bind {
 kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes, kiln_vk_bind *out);
 /* The binding of t's whole span. */
 kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *out);
+/* Storage buffers per dispatch: bindings 0-2 are sources, 3 the destination, 4 a fourth source (the
+ * attention mask). An unused one is bound to the destination. */
+#define KILN_VK_BINDINGS 5
 /* Record one dispatch of pipeline pipe over groups workgroups (a 2D grid when more than 65535) times gz,
- * with bindings b[0..3] and push constants, followed by a barrier before the next. */
-kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[4], const void *push, uint32_t push_size,
-                              uint64_t groups, uint32_t gz);
+ * with bindings b[0..4] and push constants, followed by a barrier before the next. */
+kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS], const void *push,
+                              uint32_t push_size, uint64_t groups, uint32_t gz);
 /* The bytes of t's span: from its first byte to the end of its last row. */
 size_t kiln__vk_span(const kiln_tensor *t);
 

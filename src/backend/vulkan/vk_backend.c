@@ -4,7 +4,7 @@
  * found again by identity, one compute pipeline per shader (and per weight type where a specialization
  * constant selects it), and compute over a node range.
  *
- * A compute call records one command buffer for its range: per node a descriptor set (four storage
+ * A compute call records one command buffer for its range: per node a descriptor set (five storage
  * buffers), push constants and a dispatch, with a compute-to-compute barrier after each; then submits it
  * and waits. It is recorded again at every call (replaying a recorded plan is future work: see
  * docs/vulkan.md). Buffers are not host memory: their base is the pool's opaque address, so the scheduler
@@ -201,7 +201,7 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
             VkDescriptorPool *grown = kiln__realloc_array(c->desc_pools, (size_t)c->n_desc_pools + 1, sizeof *grown);
             if (!grown) return kiln__nomem("the Vulkan descriptor pools");
             c->desc_pools = grown;
-            VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4 * DESC_SETS};
+            VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, KILN_VK_BINDINGS * DESC_SETS};
             VkDescriptorPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                              .maxSets = DESC_SETS,
                                              .poolSizeCount = 1,
@@ -222,11 +222,11 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
     return KILN_OK;
 }
 
-kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[4], const void *push, uint32_t push_size,
-                              uint64_t groups, uint32_t gz) {
+kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS], const void *push,
+                              uint32_t push_size, uint64_t groups, uint32_t gz) {
     kiln_vk_fns *fn = c->dev->fn;
-    VkDescriptorBufferInfo infos[4];
-    VkWriteDescriptorSet writes[4];
+    VkDescriptorBufferInfo infos[KILN_VK_BINDINGS];
+    VkWriteDescriptorSet writes[KILN_VK_BINDINGS];
     VkDescriptorSet set;
     const kiln_vk_bind *fill = &b[3];
     kiln_status s;
@@ -237,7 +237,7 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[4],
                            (unsigned long long)groups);
     gy = (uint32_t)((groups + gx - 1) / gx);
     if ((s = next_set(c, &set))) return s;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < KILN_VK_BINDINGS; i++) {
         const kiln_vk_bind *x = b[i].buffer ? &b[i] : fill;
         infos[i] = (VkDescriptorBufferInfo){x->buffer, x->offset, x->range};
         writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
@@ -247,7 +247,7 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[4],
                                            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                            .pBufferInfo = &infos[i]};
     }
-    fn->vkUpdateDescriptorSets(c->dev->device, 4, writes, 0, NULL);
+    fn->vkUpdateDescriptorSets(c->dev->device, KILN_VK_BINDINGS, writes, 0, NULL);
     fn->vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipes[pipe]);
     fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0, NULL);
     fn->vkCmdPushConstants(c->cmd, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
@@ -378,11 +378,11 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     kiln_vk_fns *fn = c->dev->fn;
     VkResult r;
     kiln_status s;
-    VkDescriptorSetLayoutBinding binds[4];
-    for (uint32_t i = 0; i < 4; i++)
+    VkDescriptorSetLayoutBinding binds[KILN_VK_BINDINGS];
+    for (uint32_t i = 0; i < KILN_VK_BINDINGS; i++)
         binds[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
     VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                          .bindingCount = 4,
+                                          .bindingCount = KILN_VK_BINDINGS,
                                           .pBindings = binds};
     if ((r = fn->vkCreateDescriptorSetLayout(c->dev->device, &li, NULL, &c->set_layout)))
         return vk_fail(r, "vkCreateDescriptorSetLayout");
@@ -395,7 +395,8 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     if ((r = fn->vkCreatePipelineLayout(c->dev->device, &pi, NULL, &c->layout))) return vk_fail(r, "vkCreatePipelineLayout");
     if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) || (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) || (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)))
+        (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) || (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)))
         return s;
     for (int32_t t = 0; t < 4; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||

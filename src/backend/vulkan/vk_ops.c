@@ -10,6 +10,8 @@
  *   rms_norm, rms_norm_mul, norm   F32, rows contiguous
  *   softmax                        F32, rows contiguous
  *   rope                           F32 [D, H, T] rows contiguous, NORMAL or NEOX, optional factors
+ *   attention                      q, k, v F32 (rows contiguous, GQA), mask F32 [C, T], C <= 4096 (the
+ *                                  scores sit in shared memory); not F16/Q8_0 cache rows
  *   add, mul, add_act, swiglu      F32, any strides, the second broadcast
  *   scale, silu, gelu, relu, tanh, cont   F32, any strides
  * Every tensor a kernel reads or writes (but a row-ranged weight) must span at most
@@ -104,6 +106,13 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_GET_ROWS:
         return weight_type(a->type) && rows_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && fits(c, a, true) &&
                b->type == KILN_TYPE_I32 && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 && fits(c, b, true);
+    case KILN_OP_ATTENTION: {
+        const kiln_tensor *k = n->src[1], *v = n->src[2], *m = n->src[3];
+        return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 && v->nb[0] == 4 &&
+               m->nb[0] == 4 && a->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 && k->ne[2] <= 4096 &&
+               k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) && fits(c, k, true) && fits(c, v, true) &&
+               fits(c, m, true);
+    }
     case KILN_OP_ROPE:
         return is_f32(a) && a->nb[0] == 4 && a->ne[3] == 1 && fits(c, a, true) && b->type == KILN_TYPE_I32 &&
                b->nb[0] == 4 && fits(c, b, true) && n->ip[0] > 0 && n->ip[0] % 2 == 0 && n->ip[0] <= a->ne[0] &&
@@ -118,17 +127,18 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
 
 static uint32_t el(size_t bytes) { return (uint32_t)(bytes / 4); } /* an F32 stride in elements */
 
-static kiln_status bind_all(kiln_vk_ctx *c, const kiln_tensor *const ts[4], kiln_vk_bind b[4]) {
+/* Bind ts[0..4] (NULL: unused) in binding order: sources 0-2, the destination, a fourth source. */
+static kiln_status bind_all(kiln_vk_ctx *c, const kiln_tensor *const ts[KILN_VK_BINDINGS], kiln_vk_bind b[KILN_VK_BINDINGS]) {
     kiln_status s;
-    memset(b, 0, 4 * sizeof *b);
-    for (int i = 0; i < 4; i++)
+    memset(b, 0, KILN_VK_BINDINGS * sizeof *b);
+    for (int i = 0; i < KILN_VK_BINDINGS; i++)
         if (ts[i] && (s = kiln__vk_bind(c, ts[i], &b[i]))) return s;
     return KILN_OK;
 }
 
 static kiln_status record_binary(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *a = n->src[0], *y = n->src[1], *ts[4] = {a, y, NULL, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *a = n->src[0], *y = n->src[1], *ts[KILN_VK_BINDINGS] = {a, y, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     uint32_t op = n->op == KILN_OP_ADD ? 0 : n->op == KILN_OP_MUL ? 1 : n->op == KILN_OP_SWIGLU ? 2 : 3 | (uint32_t)n->ip[0] << 8;
     if ((s = bind_all(c, ts, b))) return s;
@@ -142,8 +152,8 @@ static kiln_status record_binary(kiln_vk_ctx *c, const kiln_tensor *n) {
 }
 
 static kiln_status record_unary(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *a = n->src[0], *ts[4] = {a, NULL, NULL, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *a = n->src[0], *ts[KILN_VK_BINDINGS] = {a, NULL, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     uint32_t op = 0;
     float p0 = 0.0f, p1 = 0.0f;
@@ -173,8 +183,8 @@ static kiln_status record_unary(kiln_vk_ctx *c, const kiln_tensor *n) {
 }
 
 static kiln_status record_norm(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *w = n->op == KILN_OP_RMS_NORM_MUL ? n->src[1] : NULL, *ts[4] = {x, w, NULL, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *x = n->src[0], *w = n->op == KILN_OP_RMS_NORM_MUL ? n->src[1] : NULL, *ts[KILN_VK_BINDINGS] = {x, w, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     uint32_t op = n->op == KILN_OP_RMS_NORM ? 0 : n->op == KILN_OP_RMS_NORM_MUL ? 1 : 2;
     if ((s = bind_all(c, ts, b))) return s;
@@ -190,8 +200,8 @@ static kiln_status record_norm(kiln_vk_ctx *c, const kiln_tensor *n) {
 }
 
 static kiln_status record_softmax(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *ts[4] = {x, NULL, NULL, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *x = n->src[0], *ts[KILN_VK_BINDINGS] = {x, NULL, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
     uint32_t pc[16] = {b[0].rem / 4, b[3].rem / 4, 0, 0,
@@ -203,8 +213,8 @@ static kiln_status record_softmax(kiln_vk_ctx *c, const kiln_tensor *n) {
 }
 
 static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2], *ts[4] = {x, pos, f, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2], *ts[KILN_VK_BINDINGS] = {x, pos, f, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
     uint32_t pc[16] = {b[0].rem / 4, b[1].rem / 4, b[2].rem / 4, b[3].rem / 4,
@@ -216,9 +226,24 @@ static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
     return kiln__vk_dispatch(c, KILN_VK_PIPE_ROPE, b, pc, sizeof pc, ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
 }
 
+static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    const kiln_tensor *ts[KILN_VK_BINDINGS] = {q, k, v, n, m};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_status s;
+    if ((s = bind_all(c, ts, b))) return s;
+    uint32_t pc[20] = {b[0].rem / 4, b[1].rem / 4, b[2].rem / 4, b[4].rem / 4,
+                       b[3].rem / 4, (uint32_t)q->ne[0], (uint32_t)q->ne[1], (uint32_t)q->ne[2],
+                       (uint32_t)k->ne[2], (uint32_t)(q->ne[1] / k->ne[1]), el(q->nb[1]), el(q->nb[2]),
+                       el(k->nb[1]), el(k->nb[2]), el(v->nb[1]), el(v->nb[2]),
+                       el(m->nb[1]), el(n->nb[1]), el(n->nb[2])};
+    memcpy(&pc[19], &n->fp[0], 4);
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION, b, pc, sizeof pc, (uint64_t)(q->ne[1] * q->ne[2]), 1);
+}
+
 static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *tab = n->src[0], *ids = n->src[1], *ts[4] = {tab, ids, NULL, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *tab = n->src[0], *ids = n->src[1], *ts[KILN_VK_BINDINGS] = {tab, ids, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
     uint32_t pc[9] = {b[0].rem, (uint32_t)tab->nb[1], b[1].rem / 4, el(ids->nb[0]),
@@ -229,8 +254,8 @@ static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
 /* matmul and linear; a weight over the binding limit goes in row ranges, one dispatch each. */
 static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *w = n->src[0], *x = n->src[1], *bias = n->op == KILN_OP_LINEAR ? n->src[2] : NULL;
-    const kiln_tensor *ts[4] = {NULL, x, bias, n};
-    kiln_vk_bind b[4];
+    const kiln_tensor *ts[KILN_VK_BINDINGS] = {NULL, x, bias, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     int64_t N = n->ne[0], per, cols = x->ne[1] * x->ne[2] * x->ne[3];
     size_t span = kiln__vk_span(w);
@@ -275,6 +300,7 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_NORM: return record_norm(c, n);
     case KILN_OP_SOFTMAX: return record_softmax(c, n);
     case KILN_OP_ROPE: return record_rope(c, n);
+    case KILN_OP_ATTENTION: return record_attention(c, n);
     case KILN_OP_GET_ROWS: return record_get_rows(c, n);
     case KILN_OP_MATMUL:
     case KILN_OP_LINEAR: return record_matmul(c, n);
