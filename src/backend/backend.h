@@ -91,6 +91,9 @@ kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op
  * a CPU device). KILN_E_UNSUPPORTED, with a message saying why, when Kiln was built without Vulkan, there
  * is no loader, or no such device: the engine then falls back to the CPU (src/backend/vulkan/). */
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out);
+/* How many compute calls of a Vulkan backend recorded a command buffer and how many replayed one (zeros
+ * for any other backend). */
+void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed);
 /* "vulkan:0 (llvmpipe ...)" for a Vulkan backend; its name for any other. */
 const char *kiln__backend_describe(const kiln_backend *b);
 

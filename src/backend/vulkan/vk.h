@@ -159,6 +159,8 @@ void kiln__vk_pool_free(kiln_vk_pool *p, uintptr_t addr);
 /* The block and offset an address inside a live buffer names; false for an address the pool never gave. */
 bool kiln__vk_pool_resolve(const kiln_vk_pool *p, uintptr_t addr, kiln_vk_span *out);
 void kiln__vk_pool_stats(const kiln_vk_pool *p, kiln_vk_pool_stats *out);
+/* Changes whenever a block is released (so its VkBuffer, which recordings name, is gone). */
+uint64_t kiln__vk_pool_generation(const kiln_vk_pool *p);
 /* Test hook: the n-th block allocation from now fails as out of device memory (0: none). */
 void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n);
 
@@ -188,6 +190,7 @@ typedef struct kiln_vk_options {
 kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backend **out);
 /* The pool's counters of a Vulkan backend (zeros for another backend). */
 void kiln__backend_vulkan_pool_stats(const kiln_backend *b, kiln_vk_pool_stats *out);
+
 kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 
 #endif
@@ -215,15 +218,31 @@ typedef struct kiln_vk_weight {
     uintptr_t addr; /* its pool buffer */
 } kiln_vk_weight;
 
+/* A recorded command buffer for one node range, replayed while the range's key (every recorded op, shape,
+ * stride, parameter and data address, and the pool's generation) stays the same. */
+typedef struct kiln_vk_recording {
+    VkCommandBuffer cmd; /* VK_NULL_HANDLE: a slot never used */
+    VkDescriptorPool *desc_pools; /* each holds DESC_SETS sets; reset when the slot is recorded again */
+    int32_t n_desc_pools, used_desc_pools, sets_in_pool;
+    unsigned char *key;
+    size_t key_len, key_cap;
+    uint64_t last_used;
+    bool valid;
+} kiln_vk_recording;
+
+#define KILN_VK_RECORDINGS 64
+
 typedef struct kiln_vk_ctx {
     kiln_vk_device *dev;
     kiln_vk_options opt;
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
     VkPipeline pipes[KILN_VK_PIPE_COUNT];
-    VkDescriptorPool *desc_pools; /* each holds DESC_SETS sets; reset at every compute */
-    int32_t n_desc_pools, used_desc_pools, sets_in_pool;
-    VkCommandBuffer cmd;
+    kiln_vk_recording recs[KILN_VK_RECORDINGS];
+    kiln_vk_recording *rec; /* the one being recorded */
+    unsigned char *key;     /* the key of the range being computed (grows only) */
+    size_t key_len, key_cap;
+    uint64_t clock, n_recorded, n_replayed;
     VkFence fence;
     kiln_vk_weight *weights;
     int32_t n_weights, cap_weights;

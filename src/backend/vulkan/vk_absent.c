@@ -21,3 +21,8 @@ kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
     *out = NULL;
     return kiln__error(KILN_E_UNSUPPORTED, "built without Vulkan");
 }
+
+void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed) {
+    (void)b;
+    *recorded = *replayed = 0;
+}

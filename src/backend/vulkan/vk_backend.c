@@ -6,8 +6,10 @@
  *
  * A compute call records one command buffer for its range: per node a descriptor set (five storage
  * buffers), push constants and a dispatch, with a compute-to-compute barrier after each; then submits it
- * and waits. It is recorded again at every call (replaying a recorded plan is future work: see
- * docs/vulkan.md). Buffers are not host memory: their base is the pool's opaque address, so the scheduler
+ * and waits. The recording is kept (up to KILN_VK_RECORDINGS, least recently used replaced) under a key of
+ * everything it was recorded from, and a later call over a range with the same key submits it again
+ * without recording: a committed plan's ranges are recorded once and replayed every step, since its
+ * inputs change in content, never in address. Buffers are not host memory: their base is the pool's opaque address, so the scheduler
  * moves every byte in and out through the verbs. Weights (leaves flagged KILN_TENSOR_WEIGHT or
  * KILN_TENSOR_CONST) are read from host memory where they lie, as backend.h's unified-memory contract
  * promises: the backend uploads each once, on first use, and keeps it as long as the backend (the model).
@@ -195,30 +197,31 @@ kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *ou
 
 static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
     kiln_vk_fns *fn = c->dev->fn;
+    kiln_vk_recording *rec = c->rec;
     VkResult r;
-    if (c->used_desc_pools == 0 || c->sets_in_pool == DESC_SETS) {
-        if (c->used_desc_pools == c->n_desc_pools) {
-            VkDescriptorPool *grown = kiln__realloc_array(c->desc_pools, (size_t)c->n_desc_pools + 1, sizeof *grown);
+    if (rec->used_desc_pools == 0 || rec->sets_in_pool == DESC_SETS) {
+        if (rec->used_desc_pools == rec->n_desc_pools) {
+            VkDescriptorPool *grown = kiln__realloc_array(rec->desc_pools, (size_t)rec->n_desc_pools + 1, sizeof *grown);
             if (!grown) return kiln__nomem("the Vulkan descriptor pools");
-            c->desc_pools = grown;
+            rec->desc_pools = grown;
             VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, KILN_VK_BINDINGS * DESC_SETS};
             VkDescriptorPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                              .maxSets = DESC_SETS,
                                              .poolSizeCount = 1,
                                              .pPoolSizes = &size};
-            if ((r = fn->vkCreateDescriptorPool(c->dev->device, &ci, NULL, &c->desc_pools[c->n_desc_pools])))
+            if ((r = fn->vkCreateDescriptorPool(c->dev->device, &ci, NULL, &rec->desc_pools[rec->n_desc_pools])))
                 return vk_fail(r, "vkCreateDescriptorPool");
-            c->n_desc_pools++;
+            rec->n_desc_pools++;
         }
-        c->used_desc_pools++;
-        c->sets_in_pool = 0;
+        rec->used_desc_pools++;
+        rec->sets_in_pool = 0;
     }
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                      .descriptorPool = c->desc_pools[c->used_desc_pools - 1],
+                                      .descriptorPool = rec->desc_pools[rec->used_desc_pools - 1],
                                       .descriptorSetCount = 1,
                                       .pSetLayouts = &c->set_layout};
     if ((r = fn->vkAllocateDescriptorSets(c->dev->device, &ai, out))) return vk_fail(r, "vkAllocateDescriptorSets");
-    c->sets_in_pool++;
+    rec->sets_in_pool++;
     return KILN_OK;
 }
 
@@ -248,32 +251,103 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
                                            .pBufferInfo = &infos[i]};
     }
     fn->vkUpdateDescriptorSets(c->dev->device, KILN_VK_BINDINGS, writes, 0, NULL);
-    fn->vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipes[pipe]);
-    fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0, NULL);
-    fn->vkCmdPushConstants(c->cmd, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
-    fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    fn->vkCmdBindPipeline(c->rec->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipes[pipe]);
+    fn->vkCmdBindDescriptorSets(c->rec->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0, NULL);
+    fn->vkCmdPushConstants(c->rec->cmd, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
+    fn->vkCmdDispatch(c->rec->cmd, gx, gy, gz);
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+    fn->vkCmdPipelineBarrier(c->rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                              &mb, 0, NULL, 0, NULL);
     return KILN_OK;
 }
 
 /* ---- Compute ---- */
 
-static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
+/* ---- Compute: record a range once, replay it while nothing it recorded changed ---- */
+
+static bool key_put(kiln_vk_ctx *c, const void *bytes, size_t n) {
+    if (c->key_len + n > c->key_cap) {
+        size_t cap = c->key_cap ? c->key_cap : 4096;
+        unsigned char *grown;
+        while (cap < c->key_len + n) cap *= 2;
+        if (!(grown = kiln__realloc(c->key, cap))) return false;
+        c->key = grown;
+        c->key_cap = cap;
+    }
+    memcpy(c->key + c->key_len, bytes, n);
+    c->key_len += n;
+    return true;
+}
+
+/* Everything recording [i0, i1) reads: per computing node its op, parameters, shape, strides and address,
+ * and the same of each source and of the source's root (a weight is found by its root); then the pool's
+ * generation. Two ranges with equal keys record the same commands. */
+static kiln_status make_key(kiln_vk_ctx *c, kiln_graph *g, int32_t i0, int32_t i1) {
+    uint64_t gen = kiln__vk_pool_generation(c->dev->pool);
+    bool ok = true;
+    c->key_len = 0;
+    for (int32_t i = i0; i < i1 && ok; i++) {
+        const kiln_tensor *t = kiln__graph_node(g, i);
+        if (kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE) continue;
+        ok = key_put(c, &t->op, sizeof t->op) && key_put(c, t->ip, sizeof t->ip) && key_put(c, t->fp, sizeof t->fp);
+        for (int k = -1; k < KILN_MAX_SRC && ok; k++) {
+            const kiln_tensor *x = k < 0 ? t : t->src[k], *root;
+            const void *none = NULL;
+            if (!x) {
+                ok = key_put(c, &none, sizeof none);
+                continue;
+            }
+            root = x->view_src ? x->view_src : x;
+            ok = key_put(c, &x->data, sizeof x->data) && key_put(c, &x->type, sizeof x->type) &&
+                 key_put(c, x->ne, sizeof x->ne) && key_put(c, x->nb, sizeof x->nb) &&
+                 key_put(c, &root->data, sizeof root->data) && key_put(c, &root->flags, sizeof root->flags) &&
+                 key_put(c, root->ne, sizeof root->ne);
+        }
+    }
+    if (!ok || !key_put(c, &gen, sizeof gen)) return kiln__nomem("the Vulkan recording key");
+    return KILN_OK;
+}
+
+/* The slot to record into: an unused one (given its command buffer), else the least recently used. */
+static kiln_status free_slot(kiln_vk_ctx *c, kiln_vk_recording **out) {
+    kiln_vk_fns *fn = c->dev->fn;
+    kiln_vk_recording *lru = &c->recs[0];
+    VkResult r;
+    for (int i = 0; i < KILN_VK_RECORDINGS; i++) {
+        kiln_vk_recording *rec = &c->recs[i];
+        if (!rec->cmd) {
+            VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                              .commandPool = c->dev->cmd_pool,
+                                              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                              .commandBufferCount = 1};
+            if ((r = fn->vkAllocateCommandBuffers(c->dev->device, &ai, &rec->cmd))) {
+                rec->cmd = VK_NULL_HANDLE;
+                return vk_fail(r, "vkAllocateCommandBuffers");
+            }
+            *out = rec;
+            return KILN_OK;
+        }
+        if (rec->last_used < lru->last_used) lru = rec;
+    }
+    *out = lru;
+    return KILN_OK;
+}
+
+static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1, kiln_vk_recording *rec) {
     kiln_vk_ctx *c = b->context;
     kiln_vk_fns *fn = c->dev->fn;
     kiln_status s = KILN_OK;
     VkResult r;
-    for (int32_t i = 0; i < c->used_desc_pools; i++)
-        if ((r = fn->vkResetDescriptorPool(c->dev->device, c->desc_pools[i], 0))) return vk_fail(r, "vkResetDescriptorPool");
-    c->used_desc_pools = 0;
-    if ((r = fn->vkResetCommandBuffer(c->cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if ((r = fn->vkBeginCommandBuffer(c->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    rec->valid = false;
+    for (int32_t i = 0; i < rec->used_desc_pools; i++)
+        if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0))) return vk_fail(r, "vkResetDescriptorPool");
+    rec->used_desc_pools = 0;
+    if ((r = fn->vkResetCommandBuffer(rec->cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    c->rec = rec;
     for (int32_t i = i0; i < i1 && !s; i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
         if (kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE) continue;
@@ -282,9 +356,41 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
         else if ((s = kiln__vk_record(c, t)))
             s = kiln__error_prefix(s, "vulkan: node '%s' (%s): ", t->name, kiln__op_name(t->op));
     }
-    if ((r = fn->vkEndCommandBuffer(c->cmd)) && !s) s = vk_fail(r, "vkEndCommandBuffer");
+    c->rec = NULL;
+    if ((r = fn->vkEndCommandBuffer(rec->cmd)) && !s) s = vk_fail(r, "vkEndCommandBuffer");
     if (s) return s;
-    return kiln__vk_submit_wait(c->dev, c->cmd, c->fence);
+    /* Recording may have uploaded weights (new blocks), so the key is taken again. */
+    if ((s = make_key(c, g, i0, i1))) return s;
+    if (rec->key_cap < c->key_len) {
+        unsigned char *grown = kiln__realloc(rec->key, c->key_len);
+        if (!grown) return kiln__nomem("the Vulkan recording key");
+        rec->key = grown;
+        rec->key_cap = c->key_len;
+    }
+    memcpy(rec->key, c->key, c->key_len);
+    rec->key_len = c->key_len;
+    rec->valid = true;
+    c->n_recorded++;
+    return KILN_OK;
+}
+
+static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
+    kiln_vk_ctx *c = b->context;
+    kiln_vk_recording *rec = NULL;
+    kiln_status s;
+    if ((s = make_key(c, g, i0, i1))) return s;
+    for (int i = 0; i < KILN_VK_RECORDINGS && !rec; i++)
+        if (c->recs[i].valid && c->recs[i].key_len == c->key_len && !memcmp(c->recs[i].key, c->key, c->key_len))
+            rec = &c->recs[i];
+    if (rec) {
+        if (b->abort_fn && b->abort_fn(b->abort_user))
+            return kiln__error(KILN_E_ABORTED, "aborted by the caller's callback");
+        c->n_replayed++;
+    } else if ((s = free_slot(c, &rec)) || (s = record(b, g, i0, i1, rec))) {
+        return s;
+    }
+    rec->last_used = ++c->clock;
+    return kiln__vk_submit_wait(c->dev, rec->cmd, c->fence);
 }
 
 static void vk_memory(const kiln_backend *b, kiln_backend_memory *out) {
@@ -310,11 +416,18 @@ static void vk_destroy(kiln_backend *b) {
             if (c->pipes[i]) fn->vkDestroyPipeline(dev, c->pipes[i], NULL);
         if (c->layout) fn->vkDestroyPipelineLayout(dev, c->layout, NULL);
         if (c->set_layout) fn->vkDestroyDescriptorSetLayout(dev, c->set_layout, NULL);
-        for (int32_t i = 0; i < c->n_desc_pools; i++) fn->vkDestroyDescriptorPool(dev, c->desc_pools[i], NULL);
+        for (int i = 0; i < KILN_VK_RECORDINGS; i++)
+            for (int32_t j = 0; j < c->recs[i].n_desc_pools; j++)
+                fn->vkDestroyDescriptorPool(dev, c->recs[i].desc_pools[j], NULL);
         if (c->fence) fn->vkDestroyFence(dev, c->fence, NULL);
     }
-    kiln__vk_device_destroy(c->dev); /* its pool frees every block, the weights' included */
-    kiln__dealloc(c->desc_pools);
+    kiln__vk_device_destroy(c->dev); /* its pool frees every block, the weights' included; its command
+                                      * pool every command buffer */
+    for (int i = 0; i < KILN_VK_RECORDINGS; i++) {
+        kiln__dealloc(c->recs[i].desc_pools);
+        kiln__dealloc(c->recs[i].key);
+    }
+    kiln__dealloc(c->key);
     kiln__dealloc(c->weights);
     kiln__dealloc(c);
     kiln__dealloc(b);
@@ -405,16 +518,10 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status make_commands(kiln_vk_ctx *c) {
-    kiln_vk_fns *fn = c->dev->fn;
+static kiln_status make_fence(kiln_vk_ctx *c) {
     VkResult r;
-    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                      .commandPool = c->dev->cmd_pool,
-                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                      .commandBufferCount = 1};
-    if ((r = fn->vkAllocateCommandBuffers(c->dev->device, &ai, &c->cmd))) return vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = fn->vkCreateFence(c->dev->device, &fci, NULL, &c->fence))) return vk_fail(r, "vkCreateFence");
+    if ((r = c->dev->fn->vkCreateFence(c->dev->device, &fci, NULL, &c->fence))) return vk_fail(r, "vkCreateFence");
     return KILN_OK;
 }
 
@@ -432,7 +539,7 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
     b->context = c;
     c->opt = *o;
     if (!(s = kiln__vk_device_create(o->device, o->pooled, &c->dev)) && !(s = make_pipelines(c)))
-        s = make_commands(c);
+        s = make_fence(c);
     if (s) {
         vk_destroy(b);
         return s;
@@ -472,6 +579,12 @@ kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
 
 kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b) {
     return b->iface == &vk_iface ? ((kiln_vk_ctx *)b->context)->dev->pool : NULL;
+}
+
+void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed) {
+    const kiln_vk_ctx *c = b->iface == &vk_iface ? b->context : NULL;
+    *recorded = c ? c->n_recorded : 0;
+    *replayed = c ? c->n_replayed : 0;
 }
 
 void kiln__backend_vulkan_pool_stats(const kiln_backend *b, kiln_vk_pool_stats *out) {

@@ -53,6 +53,7 @@ struct kiln_vk_pool {
     int32_t n_live, cap_live, n_cache, cap_cache;
     uint64_t clock;
     int32_t fail_after;
+    uint64_t generation; /* blocks released so far */
     kiln_vk_pool_stats st;
 };
 
@@ -75,6 +76,7 @@ static int bucket(VkDeviceSize size) {
 static void block_release_memory(kiln_vk_pool *p, vk_block *b) {
     kiln_vk_fns *fn = p->dev->fn;
     if (b->buf) fn->vkDestroyBuffer(p->dev->device, b->buf, NULL);
+    p->generation++;
     if (b->mem) {
         fn->vkFreeMemory(p->dev->device, b->mem, NULL);
         p->st.device_frees++;
@@ -310,3 +312,5 @@ bool kiln__vk_pool_resolve(const kiln_vk_pool *p, uintptr_t addr, kiln_vk_span *
 void kiln__vk_pool_stats(const kiln_vk_pool *p, kiln_vk_pool_stats *out) { *out = p->st; }
 
 void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n) { p->fail_after = n; }
+
+uint64_t kiln__vk_pool_generation(const kiln_vk_pool *p) { return p->generation; }
