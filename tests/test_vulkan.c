@@ -5,6 +5,7 @@
  *   - the buffer verbs and every kind of sub-buffer view, read back after device writes, byte for byte;
  *   - a weight over maxStorageBufferRange bound in row ranges;
  *   - a committed range recorded once and replayed with new inputs;
+ *   - the pool's size-bucket reuse and least-recently-used eviction, by its counters;
  *   - the memory pool against no pool on a real workload (stories260K, a prefill and 64 decode steps);
  *   - greedy generation on "vulkan" against the public goldens of test_generate.c, and the logits against
  *     the CPU's within a tolerance;
@@ -395,6 +396,50 @@ done:
     kiln__backend_destroy(cpu);
 }
 
+/* ---- The pool's buckets and LRU ---- */
+
+/* Freed buffers are kept and taken back by a request of their size bucket; beyond the cache's 256 MiB the
+ * least recently freed are released, and their blocks given back to the driver. 48 MiB buffers are more
+ * than half a 64 MiB block, so each is a block of its own and the counts are exact. */
+static void freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first(void) {
+    enum { N = 6 };
+    const size_t big = (size_t)48 << 20;
+    kiln_backend *vk = NULL;
+    kiln_buffer bufs[N] = {{0}}, again = {0}, small = {0}, other = {0};
+    kiln_backend_memory m0, m;
+    if (skip()) return;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    if (!vk) return;
+    kiln__backend_memory(vk, &m0); /* the start-up probe's block */
+    for (int i = 0; i < N; i++) CHECK_OK(kiln__backend_buffer_alloc(vk, big, &bufs[i]));
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
+    for (int i = 0; i < N; i++) kiln__backend_buffer_free(vk, &bufs[i]);
+    kiln__backend_memory(vk, &m);
+    /* 6 x 48 = 288 MiB freed, after the start-up probe's small buffer: to get back within 256 MiB the two
+     * least recently freed go, the probe's (its block, now empty, with it) and the first 48 MiB one. */
+    CHECK_EQ_INT(m.device.evictions - m0.device.evictions, 2);
+    CHECK_EQ_INT(m.device.frees - m0.device.frees, 2);
+    CHECK_OK(kiln__backend_buffer_alloc(vk, big - 4096, &again)); /* same bucket: a reuse, no allocation */
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &small)); /* no cached buffer of its bucket: a new block */
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &other));  /* carved from that block */
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N + 1);
+    CHECK(m.device.peak_bytes >= (uint64_t)N * big);
+    printf("  %llu allocations, %llu frees, %llu requests, %llu reuses, %llu evictions, peak %.0f MiB in use\n",
+           (unsigned long long)m.device.allocations, (unsigned long long)m.device.frees,
+           (unsigned long long)m.device.requests, (unsigned long long)m.device.reuses,
+           (unsigned long long)m.device.evictions, (double)m.device.peak_bytes / 1048576.0);
+    kiln__backend_buffer_free(vk, &again);
+    kiln__backend_buffer_free(vk, &small);
+    kiln__backend_buffer_free(vk, &other);
+    kiln__backend_destroy(vk);
+}
+
 /* ---- The pool on a real workload ---- */
 
 /* A prompt and 64 greedy decode steps on "vulkan"; the model's device memory figures in *mem. */
@@ -528,6 +573,7 @@ int main(void) {
     RUN(every_kind_of_view_reads_back_what_the_device_wrote);
     RUN(a_weight_over_the_binding_limit_is_bound_in_row_ranges);
     RUN(a_committed_range_is_recorded_once_and_replayed_with_new_inputs);
+    RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);
     RUN(the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool);
     RUN(greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits);
     RUN(forced_fallbacks_give_the_cpu_output);
