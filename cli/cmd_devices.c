@@ -27,8 +27,8 @@ static void print_device(const kiln_device_info *d) {
     printf("    fp16 %s, int8 %s, 16-bit storage %s, integer dot product %s\n", d->fp16 ? "yes" : "no",
            d->int8 ? "yes" : "no", d->storage16 ? "yes" : "no", d->integer_dot ? "yes" : "no");
     printf("    subgroup size %u, max storage buffer range %.1f MiB, shared memory %u KiB, workgroup %u\n",
-           d->subgroup_size, (double)d->max_storage_buffer_range / (1024.0 * 1024.0), d->max_shared_memory / 1024,
-           d->max_workgroup_invocations);
+           d->subgroup_size, (double)d->max_storage_buffer_range / (1024.0 * 1024.0),
+           d->max_shared_memory / 1024, d->max_workgroup_invocations);
     printf("    auto: %s\n", d->type == KILN_DEVICE_DISCRETE_GPU || d->type == KILN_DEVICE_INTEGRATED_GPU
                                  ? "eligible"
                                  : "not picked (not a GPU); use --device vulkan:N");
@@ -49,6 +49,7 @@ int cmd_devices(int argc, char **argv) {
         kiln_device_info d;
         if (kiln_device_get(i, &d) == KILN_OK) print_device(&d);
     }
-    if (n == 0) printf("vulkan    none: %s\n", kiln_devices_note() ? kiln_devices_note() : "no Vulkan device");
+    if (n == 0)
+        printf("vulkan    none: %s\n", kiln_devices_note() ? kiln_devices_note() : "no Vulkan device");
     return CLI_OK;
 }

@@ -34,7 +34,7 @@ enum { MAX_LEAVES = 4 };
 typedef struct bo_case {
     const char *name;
     kiln_op op;
-    kiln_type wtype;  /* matmul/linear weight or get_rows table type */
+    kiln_type wtype;    /* matmul/linear weight or get_rows table type */
     int64_t a[4], b[4]; /* the main input's and the second input's shapes */
     int variant;
     float tol; /* for a device; cpu-restricted must match exactly */
@@ -53,7 +53,8 @@ static float rnd(void) {
 }
 
 /* Leaf i of type t and shape ne (n dims), filled with values in [-1, 1) (quantized per row) on first use. */
-static kiln_tensor *leaf(kiln_graph *g, bo_data *d, int i, kiln_type t, int n, const int64_t *ne, uint32_t flags) {
+static kiln_tensor *leaf(kiln_graph *g, bo_data *d, int i, kiln_type t, int n, const int64_t *ne,
+                         uint32_t flags) {
     kiln_tensor *x = kiln__graph_leaf(g, NULL, t, n, ne, NULL, flags);
     if (!x) return NULL;
     kiln__tensor_set_name(x, "leaf%d", i);
@@ -64,7 +65,8 @@ static kiln_tensor *leaf(kiln_graph *g, bo_data *d, int i, kiln_type t, int n, c
         d->buf[i] = calloc(1, bytes ? bytes : 1);
         rng_state = 1234u + 77u * (uint64_t)i;
         for (int64_t r = 0; r < rows && row && d->buf[i]; r++) {
-            for (int64_t e = 0; e < k; e++) row[e] = rnd();
+            for (int64_t e = 0; e < k; e++)
+                row[e] = rnd();
             CHECK_OK(kiln_quantize_row(t, row, (char *)d->buf[i] + (size_t)r * x->nb[1], k));
         }
         free(row);
@@ -78,7 +80,8 @@ static kiln_tensor *ids_leaf(kiln_graph *g, bo_data *d, int i, int64_t n, int32_
     if (!x) return NULL;
     if (!d->buf[i]) {
         int32_t *v = d->buf[i] = malloc((size_t)n * sizeof *v);
-        for (int64_t t = 0; t < n && v; t++) v[t] = (int32_t)((t * 7 + 3) % R);
+        for (int64_t t = 0; t < n && v; t++)
+            v[t] = (int32_t)((t * 7 + 3) % R);
         if (v && n > 2) v[n - 1] = R; /* out of range: zeros */
     }
     x->data = d->buf[i];
@@ -91,13 +94,16 @@ static kiln_tensor *pos_leaf(kiln_graph *g, bo_data *d, int i, int64_t n) {
     if (!x) return NULL;
     if (!d->buf[i]) {
         int32_t *v = d->buf[i] = malloc((size_t)n * sizeof *v);
-        for (int64_t t = 0; t < n && v; t++) v[t] = pos[t % 8];
+        for (int64_t t = 0; t < n && v; t++)
+            v[t] = pos[t % 8];
     }
     x->data = d->buf[i];
     return x;
 }
 
-static int dims(const int64_t *ne) { return ne[3] > 1 ? 4 : ne[2] > 1 ? 3 : ne[1] > 1 ? 2 : 1; }
+static int dims(const int64_t *ne) {
+    return ne[3] > 1 ? 4 : ne[2] > 1 ? 3 : ne[1] > 1 ? 2 : 1;
+}
 
 /* The case's one node. Inputs are flagged INPUT (copied into a device's arena); weights WEIGHT. */
 static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
@@ -141,7 +147,8 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         if (c->op == KILN_OP_RELU) return kiln__relu(g, a);
         if (c->op == KILN_OP_TANH) return kiln__tanh(g, a);
         return kiln__cont(g, a);
-    case KILN_OP_RMS_NORM: return kiln__rms_norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
+    case KILN_OP_RMS_NORM:
+        return kiln__rms_norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
     case KILN_OP_NORM: return kiln__norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
     case KILN_OP_RMS_NORM_MUL:
         return kiln__rms_norm_mul(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in),
@@ -164,7 +171,8 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         return kiln__linear(g, a, b, c->variant ? leaf(g, d, 2, KILN_TYPE_F32, 1, &c->a[1], w) : NULL, 0.5f,
                             c->variant ? KILN_ACT_GELU : KILN_ACT_SILU, 0);
     case KILN_OP_GET_ROWS:
-        return kiln__get_rows(g, leaf(g, d, 0, c->wtype, 2, c->a, w), ids_leaf(g, d, 1, c->b[0], (int32_t)c->a[1]));
+        return kiln__get_rows(g, leaf(g, d, 0, c->wtype, 2, c->a, w),
+                              ids_leaf(g, d, 1, c->b[0], (int32_t)c->a[1]));
     case KILN_OP_ROPE: {
         int32_t n_rot = (int32_t)(c->variant & 1 ? c->a[0] / 2 : c->a[0]);
         int64_t half = n_rot / 2;
@@ -173,20 +181,26 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         kiln_tensor *f = c->variant & 4 ? leaf(g, d, 2, KILN_TYPE_F32, 1, &half, w) : NULL;
         if (f) {
             float *v = d->buf[2];
-            for (int64_t i = 0; i < half; i++) v[i] = 1.0f + (float)i * 0.5f;
+            for (int64_t i = 0; i < half; i++)
+                v[i] = 1.0f + (float)i * 0.5f;
         }
-        return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f, 1.0f);
+        return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f,
+                              1.0f);
     }
     case KILN_OP_ATTENTION: { /* a = q [D, Hq, T], b = k and v [D, Hkv, C]; a causal mask, one row hidden */
         int64_t mne[2] = {c->b[2], c->a[2]};
-        kiln_tensor *q = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in), *k = leaf(g, d, 1, KILN_TYPE_F32, 3, c->b, in);
-        kiln_tensor *v = leaf(g, d, 2, KILN_TYPE_F32, 3, c->b, in), *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
+        kiln_tensor *q = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in),
+                    *k = leaf(g, d, 1, KILN_TYPE_F32, 3, c->b, in);
+        kiln_tensor *v = leaf(g, d, 2, KILN_TYPE_F32, 3, c->b, in),
+                    *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
         float *mask = d->buf[3];
         for (int64_t t = 0; mask && t < mne[1]; t++)
             for (int64_t j = 0; j < mne[0]; j++) {
                 bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1);
-                if (hidden) mask[t * mne[0] + j] = -INFINITY;
-                else if (c->variant == 0) mask[t * mne[0] + j] = 0.0f;
+                if (hidden)
+                    mask[t * mne[0] + j] = -INFINITY;
+                else if (c->variant == 0)
+                    mask[t * mne[0] + j] = 0.0f;
             }
         return kiln__attention(g, q, k, v, m, 0.35f);
     }
@@ -196,8 +210,8 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
 
 /* Run the case on list[0..n) (the CPU last); out gets the output's floats. Returns the backend index
  * that ran the node (-1 on failure). */
-static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list, int n, float *out, size_t cap,
-                    size_t *n_out) {
+static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list, int n, float *out,
+                    size_t cap, size_t *n_out) {
     kiln_graph *g = NULL;
     kiln_sched *s = NULL;
     kiln_sched_plan *p = NULL;
@@ -299,13 +313,16 @@ static void check_backend(const bo_case *c, bo_data *d, kiln_backend *dev, float
     run_case(c, d, &list[1], 1, ref_out, OUT_CAP, &n_ref);
     ran = run_case(c, d, list, 2, got_out, OUT_CAP, &n_got);
     if (ran != 0) {
-        harness_fail(__FILE__, __LINE__, "%s: %s did not run the node alone (split backend %d)", c->name, label, ran);
+        harness_fail(__FILE__, __LINE__, "%s: %s did not run the node alone (split backend %d)", c->name,
+                     label, ran);
         return;
     }
     CHECK_EQ_INT(n_got, n_ref);
     double err = rel_err(got_out, ref_out, n_ref);
     if (tol > 0.0f) printf("  %-8s %-24s error %.2g (tolerance %.0g)\n", label, c->name, err, tol);
-    if (!(err <= tol)) harness_fail(__FILE__, __LINE__, "%s on %s: error %.3g over tolerance %.3g", c->name, label, err, tol);
+    if (!(err <= tol))
+        harness_fail(__FILE__, __LINE__, "%s on %s: error %.3g over tolerance %.3g", c->name, label, err,
+                     tol);
 }
 
 static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(void) {
@@ -315,7 +332,8 @@ static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(v
         CHECK_OK(kiln__backend_cpu_restricted_create(1, &cases[i].op, 1, &r));
         if (r) check_backend(&cases[i], &d, r, 0.0f, "cpu-restricted");
         kiln__backend_destroy(r);
-        for (int k = 0; k < MAX_LEAVES; k++) free(d.buf[k]);
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
     }
 }
 
@@ -327,7 +345,8 @@ static void every_op_on_vulkan_matches_the_cpu_within_its_tolerance(void) {
     for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
         bo_data d = {{0}};
         check_backend(&cases[i], &d, vulkan, cases[i].tol, "vulkan");
-        for (int k = 0; k < MAX_LEAVES; k++) free(d.buf[k]);
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
     }
 }
 

@@ -27,7 +27,8 @@
 static bool have_vulkan;
 
 static bool skip(void) {
-    if (!have_vulkan) printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
+    if (!have_vulkan)
+        printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
     return !have_vulkan;
 }
 
@@ -154,7 +155,8 @@ static void the_buffer_verbs_move_every_byte_of_every_sub_range(void) {
     CHECK(!kiln__backend_is_host(vk));
     CHECK_OK(kiln__backend_buffer_alloc(vk, BIG, &a));
     CHECK_OK(kiln__backend_buffer_alloc(vk, 4099, &b));
-    for (size_t i = 0; i < BIG; i++) host[i] = (unsigned char)(i * 131u + (i >> 9));
+    for (size_t i = 0; i < BIG; i++)
+        host[i] = (unsigned char)(i * 131u + (i >> 9));
     memcpy(model, host, BIG);
     CHECK_OK(kiln__buffer_set(&a, 0, host, BIG));
     /* Sets, fills and copies at odd offsets and lengths, mirrored on the host model. */
@@ -179,7 +181,8 @@ static void the_buffer_verbs_move_every_byte_of_every_sub_range(void) {
             unsigned char piece[80];
             CHECK_OK(kiln__buffer_get(&a, (4 << 20) - 4 + off, piece, len));
             if (memcmp(piece, model + (4 << 20) - 4 + off, len)) {
-                harness_fail(__FILE__, __LINE__, "get at %zu + %zu differs", (size_t)(4 << 20) - 4 + off, len);
+                harness_fail(__FILE__, __LINE__, "get at %zu + %zu differs", (size_t)(4 << 20) - 4 + off,
+                             len);
                 off = 9;
                 break;
             }
@@ -207,7 +210,8 @@ static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
     kiln_sched_plan *p = NULL;
     kiln_buffer arenas[2] = {{0}};
     if (skip()) return;
-    for (int i = 0; i < N; i++) x[i] = (float)i * 0.25f - 100.0f, w[i] = (float)(i % 97) - 48.0f;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)i * 0.25f - 100.0f, w[i] = (float)(i % 97) - 48.0f;
     CHECK_OK(kiln__backend_vulkan_create(0, &vk));
     CHECK_OK(kiln__backend_cpu_create(1, &cpu));
     CHECK_OK(kiln__graph_create(64, &g));
@@ -218,12 +222,14 @@ static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
     int64_t ne1[1] = {37}, ne2[2] = {10, 5}, ne3[2] = {7, 3};
     size_t nb1[1] = {4}, nb2[2] = {4, 4 * 13}, nb3[2] = {4, 4 * 11};
     kiln_tensor *outs[5];
-    outs[0] = kiln__scale(g, kiln__view(g, xl, 1, ne1, nb1, 4 * 3), 2.0f, 0.0f);       /* a slice at 12 bytes */
-    outs[1] = kiln__cont(g, kiln__view(g, xl, 2, ne2, nb2, 4 * 101));                  /* rows with gaps */
+    outs[0] = kiln__scale(g, kiln__view(g, xl, 1, ne1, nb1, 4 * 3), 2.0f, 0.0f); /* a slice at 12 bytes */
+    outs[1] = kiln__cont(g, kiln__view(g, xl, 2, ne2, nb2, 4 * 101));            /* rows with gaps */
     outs[2] = kiln__cont(g, kiln__transpose(g, kiln__view(g, xl, 2, ne3, nb3, 4 * 5))); /* a transpose */
-    outs[3] = kiln__scale(g, kiln__view(g, wl, 1, ne1, nb1, 4 * 501), 2.0f, 0.0f);     /* a weight's slice */
-    outs[4] = kiln__cont(g, kiln__view(g, outs[0], 2, ne3, nb3, 4 * 1)); /* rows with gaps of a device result */
-    for (int i = 0; i < 5; i++) kiln__graph_set_output(g, outs[i]);
+    outs[3] = kiln__scale(g, kiln__view(g, wl, 1, ne1, nb1, 4 * 501), 2.0f, 0.0f);      /* a weight's slice */
+    outs[4] =
+        kiln__cont(g, kiln__view(g, outs[0], 2, ne3, nb3, 4 * 1)); /* rows with gaps of a device result */
+    for (int i = 0; i < 5; i++)
+        kiln__graph_set_output(g, outs[i]);
     CHECK_OK(kiln__graph_order(g));
     kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
     CHECK_OK(kiln__sched_create(list, 2, &s));
@@ -233,20 +239,25 @@ static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
     CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
     for (int b = 0; b < 2; b++)
         if (kiln__sched_plan_arena_bytes(p, b))
-            CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+            CHECK_OK(
+                kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
     CHECK_OK(kiln__sched_plan_commit(p, arenas));
     CHECK_OK(kiln__sched_compute(p));
     const float *o0 = kiln__sched_plan_output(p, 0)->data, *o1 = kiln__sched_plan_output(p, 1)->data;
     const float *o2 = kiln__sched_plan_output(p, 2)->data, *o3 = kiln__sched_plan_output(p, 3)->data;
     const float *o4 = kiln__sched_plan_output(p, 4)->data;
     int bad = 0;
-    for (int i = 0; i < 37; i++) bad += o0[i] != 2.0f * x[3 + i] || o3[i] != 2.0f * w[501 + i];
+    for (int i = 0; i < 37; i++)
+        bad += o0[i] != 2.0f * x[3 + i] || o3[i] != 2.0f * w[501 + i];
     for (int r = 0; r < 5; r++)
-        for (int c = 0; c < 10; c++) bad += o1[r * 10 + c] != x[101 + r * 13 + c];
+        for (int c = 0; c < 10; c++)
+            bad += o1[r * 10 + c] != x[101 + r * 13 + c];
     for (int r = 0; r < 7; r++) /* transpose of [7, 3] with row stride 11: out[r][c] = v[c][r] */
-        for (int c = 0; c < 3; c++) bad += o2[r * 3 + c] != x[5 + c * 11 + r];
+        for (int c = 0; c < 3; c++)
+            bad += o2[r * 3 + c] != x[5 + c * 11 + r];
     for (int r = 0; r < 3; r++)
-        for (int c = 0; c < 7; c++) bad += o4[r * 7 + c] != 2.0f * x[3 + 1 + r * 11 + c];
+        for (int c = 0; c < 7; c++)
+            bad += o4[r * 7 + c] != 2.0f * x[3 + 1 + r * 11 + c];
     CHECK_EQ_INT(bad, 0);
     /* The arena read back through get at each output's place and at odd sub-offsets. */
     for (int i = 0; i < 5; i++) {
@@ -278,11 +289,14 @@ static void a_weight_over_the_binding_limit_is_bound_in_row_ranges(void) {
     if (skip() || !wt) goto done;
     CHECK_OK(kiln_device_get(0, &d));
     if ((uint64_t)K * NR * 4 <= d.max_storage_buffer_range) {
-        printf("  skipped: device 0 binds %llu bytes at once\n", (unsigned long long)d.max_storage_buffer_range);
+        printf("  skipped: device 0 binds %llu bytes at once\n",
+               (unsigned long long)d.max_storage_buffer_range);
         goto done;
     }
-    for (size_t i = 0; i < (size_t)K * NR; i++) wt[i] = (float)(((uint32_t)i * 2654435761u) >> 22) / 1024.0f - 0.5f;
-    for (int i = 0; i < K * M; i++) xs[i] = (float)(i % 17) / 16.0f - 0.5f;
+    for (size_t i = 0; i < (size_t)K * NR; i++)
+        wt[i] = (float)(((uint32_t)i * 2654435761u) >> 22) / 1024.0f - 0.5f;
+    for (int i = 0; i < K * M; i++)
+        xs[i] = (float)(i % 17) / 16.0f - 0.5f;
     CHECK_OK(kiln__backend_vulkan_create(0, &vk));
     CHECK_OK(kiln__backend_cpu_create(2, &cpu));
     float *out[2] = {NULL, NULL};
@@ -294,8 +308,9 @@ static void a_weight_over_the_binding_limit_is_bound_in_row_ranges(void) {
         kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
         int64_t wne[2] = {K, NR}, xne[2] = {K, M};
         CHECK_OK(kiln__graph_create(16, &g));
-        kiln_tensor *y = kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, wt, KILN_TENSOR_WEIGHT),
-                                      kiln__graph_leaf(g, "x", KILN_TYPE_F32, 2, xne, xs, KILN_TENSOR_INPUT));
+        kiln_tensor *y =
+            kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, wt, KILN_TENSOR_WEIGHT),
+                         kiln__graph_leaf(g, "x", KILN_TYPE_F32, 2, xne, xs, KILN_TENSOR_INPUT));
         kiln__graph_set_output(g, y);
         CHECK_OK(kiln__graph_order(g));
         CHECK_OK(kiln__sched_create(run == 0 ? &list[1] : list, run == 0 ? 1 : 2, &s));
@@ -303,7 +318,8 @@ static void a_weight_over_the_binding_limit_is_bound_in_row_ranges(void) {
         if (p && run == 1) CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
         for (int b = 0; p && b < 2 - (run == 0); b++) {
             kiln_backend *be = run == 0 ? cpu : list[b].backend;
-            if (kiln__sched_plan_arena_bytes(p, b)) CHECK_OK(kiln__backend_buffer_alloc(be, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+            if (kiln__sched_plan_arena_bytes(p, b))
+                CHECK_OK(kiln__backend_buffer_alloc(be, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
         }
         if (p) CHECK_OK(kiln__sched_plan_commit(p, arenas));
         if (p) CHECK_OK(kiln__sched_compute(p));
@@ -346,15 +362,19 @@ static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void
     kiln_buffer arenas[2][2] = {{{0}}};
     uint64_t recorded = 0, replayed = 0;
     if (skip()) return;
-    for (int i = 0; i < K * NR; i++) w[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < K * NR; i++)
+        w[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
     CHECK_OK(kiln__backend_vulkan_create(0, &vk));
     CHECK_OK(kiln__backend_cpu_create(1, &cpu));
     CHECK_OK(kiln__graph_create(16, &g));
     if (!vk || !cpu || !g) goto done;
     int64_t wne[2] = {K, NR}, xne[1] = {K};
     kiln_tensor *xl = kiln__graph_leaf(g, "x", KILN_TYPE_F32, 1, xne, x, KILN_TENSOR_INPUT);
-    kiln_tensor *y = kiln__add(g, kiln__silu(g, kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, w,
-                                                                                 KILN_TENSOR_WEIGHT), xl)), xl);
+    kiln_tensor *y = kiln__add(
+        g,
+        kiln__silu(
+            g, kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, w, KILN_TENSOR_WEIGHT), xl)),
+        xl);
     kiln__graph_set_output(g, y);
     CHECK_OK(kiln__graph_order(g));
     kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
@@ -365,16 +385,19 @@ static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             if (kiln__sched_plan_arena_bytes(p, b))
-                CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[a][b]));
+                CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b),
+                                                    &arenas[a][b]));
     for (int step = 0; step < 6; step++) {
         int bad = 0;
         if (step == 0 || step == 4) CHECK_OK(kiln__sched_plan_commit(p, arenas[step == 4]));
-        for (int i = 0; i < K; i++) x[i] = (float)((i + step * 5) % 13) / 13.0f - 0.4f;
+        for (int i = 0; i < K; i++)
+            x[i] = (float)((i + step * 5) % 13) / 13.0f - 0.4f;
         CHECK_OK(kiln__sched_compute(p));
         const float *out = kiln__sched_plan_output(p, 0)->data;
         for (int n = 0; n < NR; n++) {
             float dot = 0.0f;
-            for (int k = 0; k < K; k++) dot += w[n * K + k] * x[k];
+            for (int k = 0; k < K; k++)
+                dot += w[n * K + k] * x[k];
             float want = dot / (1.0f + expf(-dot)) + x[n];
             bad += fabsf(out[n] - want) > 1e-5f * (1.0f + fabsf(want));
         }
@@ -411,10 +434,12 @@ static void freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_f
     CHECK_OK(kiln__backend_vulkan_create(0, &vk));
     if (!vk) return;
     kiln__backend_memory(vk, &m0); /* the start-up probe's block */
-    for (int i = 0; i < N; i++) CHECK_OK(kiln__backend_buffer_alloc(vk, big, &bufs[i]));
+    for (int i = 0; i < N; i++)
+        CHECK_OK(kiln__backend_buffer_alloc(vk, big, &bufs[i]));
     kiln__backend_memory(vk, &m);
     CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
-    for (int i = 0; i < N; i++) kiln__backend_buffer_free(vk, &bufs[i]);
+    for (int i = 0; i < N; i++)
+        kiln__backend_buffer_free(vk, &bufs[i]);
     kiln__backend_memory(vk, &m);
     /* 6 x 48 = 288 MiB freed, after the start-up probe's small buffer: to get back within 256 MiB the two
      * least recently freed go, the probe's (its block, now empty, with it) and the first 48 MiB one. */
@@ -425,15 +450,16 @@ static void freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_f
     CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
     CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
     CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &small)); /* no cached buffer of its bucket: a new block */
-    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &other));  /* carved from that block */
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &other)); /* carved from that block */
     kiln__backend_memory(vk, &m);
     CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
     CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N + 1);
     CHECK(m.device.peak_bytes >= (uint64_t)N * big);
-    printf("  %llu allocations, %llu frees, %llu requests, %llu reuses, %llu evictions, peak %.0f MiB in use\n",
-           (unsigned long long)m.device.allocations, (unsigned long long)m.device.frees,
-           (unsigned long long)m.device.requests, (unsigned long long)m.device.reuses,
-           (unsigned long long)m.device.evictions, (double)m.device.peak_bytes / 1048576.0);
+    printf(
+        "  %llu allocations, %llu frees, %llu requests, %llu reuses, %llu evictions, peak %.0f MiB in use\n",
+        (unsigned long long)m.device.allocations, (unsigned long long)m.device.frees,
+        (unsigned long long)m.device.requests, (unsigned long long)m.device.reuses,
+        (unsigned long long)m.device.evictions, (double)m.device.peak_bytes / 1048576.0);
     kiln__backend_buffer_free(vk, &again);
     kiln__backend_buffer_free(vk, &small);
     kiln__backend_buffer_free(vk, &other);
@@ -467,10 +493,12 @@ static void the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool(v
     printf("  pool:    %llu device allocations, %llu requests, %llu reuses, %llu evictions, %llu bytes held, "
            "peak %llu bytes in use, weights %llu bytes\n",
            (unsigned long long)pooled.allocations, (unsigned long long)pooled.requests,
-           (unsigned long long)pooled.reuses, (unsigned long long)pooled.evictions, (unsigned long long)pooled.bytes,
-           (unsigned long long)pooled.peak_bytes, (unsigned long long)pooled.weight_bytes);
-    printf("  no pool: %llu device allocations, %llu requests, %llu frees\n", (unsigned long long)plain.allocations,
-           (unsigned long long)plain.requests, (unsigned long long)plain.frees);
+           (unsigned long long)pooled.reuses, (unsigned long long)pooled.evictions,
+           (unsigned long long)pooled.bytes, (unsigned long long)pooled.peak_bytes,
+           (unsigned long long)pooled.weight_bytes);
+    printf("  no pool: %llu device allocations, %llu requests, %llu frees\n",
+           (unsigned long long)plain.allocations, (unsigned long long)plain.requests,
+           (unsigned long long)plain.frees);
     CHECK(pooled.requests > 0 && plain.requests == pooled.requests);
     CHECK(plain.allocations >= 2);
     CHECK(pooled.allocations * 2 <= plain.allocations);
@@ -502,7 +530,8 @@ static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
             worst = fmax(worst, fabs((double)lv[i] - lc[i]));
             mag = fmax(mag, fabs((double)lc[i]));
         }
-        printf("  %s: %zu ids as the golden; first logits differ from the CPU's by at most %.2g (max |logit| %.3g)\n",
+        printf("  %s: %zu ids as the golden; first logits differ from the CPU's by at most %.2g (max |logit| "
+               "%.3g)\n",
                sections[k], g.n_ids, worst, mag);
         CHECK(worst <= 1e-4 * mag);
         free(lv);
@@ -513,7 +542,8 @@ static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
 }
 
 /* With env set (name=value), a model on "vulkan" gives the golden ids; its backends and note checked. */
-static void fallback_case(const char *name, const char *value, const char *backends_prefix, const char *note) {
+static void fallback_case(const char *name, const char *value, const char *backends_prefix,
+                          const char *note) {
     golden g = {0};
     int32_t ids[256];
     kiln_model *m;

@@ -16,58 +16,58 @@
 #include "backend/backend.h"
 
 /* Every entry point the backend uses: X(name) for instance-level, D(name) for device-level. */
-#define KILN_VK_INSTANCE_FNS(X)                                                                               \
-    X(vkDestroyInstance)                                                                                      \
-    X(vkEnumeratePhysicalDevices)                                                                             \
-    X(vkGetPhysicalDeviceProperties)                                                                          \
-    X(vkGetPhysicalDeviceProperties2)                                                                         \
-    X(vkGetPhysicalDeviceFeatures2)                                                                           \
-    X(vkGetPhysicalDeviceMemoryProperties)                                                                    \
-    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                               \
-    X(vkEnumerateDeviceExtensionProperties)                                                                   \
-    X(vkCreateDevice)                                                                                         \
+#define KILN_VK_INSTANCE_FNS(X)                                                                              \
+    X(vkDestroyInstance)                                                                                     \
+    X(vkEnumeratePhysicalDevices)                                                                            \
+    X(vkGetPhysicalDeviceProperties)                                                                         \
+    X(vkGetPhysicalDeviceProperties2)                                                                        \
+    X(vkGetPhysicalDeviceFeatures2)                                                                          \
+    X(vkGetPhysicalDeviceMemoryProperties)                                                                   \
+    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                              \
+    X(vkEnumerateDeviceExtensionProperties)                                                                  \
+    X(vkCreateDevice)                                                                                        \
     X(vkGetDeviceProcAddr)
-#define KILN_VK_DEVICE_FNS(D)                                                                                 \
-    D(vkDestroyDevice)                                                                                        \
-    D(vkGetDeviceQueue)                                                                                       \
-    D(vkAllocateMemory)                                                                                       \
-    D(vkFreeMemory)                                                                                           \
-    D(vkMapMemory)                                                                                            \
-    D(vkUnmapMemory)                                                                                          \
-    D(vkCreateBuffer)                                                                                         \
-    D(vkDestroyBuffer)                                                                                        \
-    D(vkGetBufferMemoryRequirements)                                                                          \
-    D(vkBindBufferMemory)                                                                                     \
-    D(vkCreateShaderModule)                                                                                   \
-    D(vkDestroyShaderModule)                                                                                  \
-    D(vkCreateDescriptorSetLayout)                                                                            \
-    D(vkDestroyDescriptorSetLayout)                                                                           \
-    D(vkCreatePipelineLayout)                                                                                 \
-    D(vkDestroyPipelineLayout)                                                                                \
-    D(vkCreateComputePipelines)                                                                               \
-    D(vkDestroyPipeline)                                                                                      \
-    D(vkCreateDescriptorPool)                                                                                 \
-    D(vkDestroyDescriptorPool)                                                                                \
-    D(vkResetDescriptorPool)                                                                                  \
-    D(vkAllocateDescriptorSets)                                                                               \
-    D(vkUpdateDescriptorSets)                                                                                 \
-    D(vkCreateCommandPool)                                                                                    \
-    D(vkDestroyCommandPool)                                                                                   \
-    D(vkAllocateCommandBuffers)                                                                               \
-    D(vkBeginCommandBuffer)                                                                                   \
-    D(vkEndCommandBuffer)                                                                                     \
-    D(vkResetCommandBuffer)                                                                                   \
-    D(vkCmdBindPipeline)                                                                                      \
-    D(vkCmdBindDescriptorSets)                                                                                \
-    D(vkCmdPushConstants)                                                                                     \
-    D(vkCmdDispatch)                                                                                          \
-    D(vkCmdPipelineBarrier)                                                                                   \
-    D(vkCmdCopyBuffer)                                                                                        \
-    D(vkCmdFillBuffer)                                                                                        \
-    D(vkQueueSubmit)                                                                                          \
-    D(vkCreateFence)                                                                                          \
-    D(vkDestroyFence)                                                                                         \
-    D(vkWaitForFences)                                                                                        \
+#define KILN_VK_DEVICE_FNS(D)                                                                                \
+    D(vkDestroyDevice)                                                                                       \
+    D(vkGetDeviceQueue)                                                                                      \
+    D(vkAllocateMemory)                                                                                      \
+    D(vkFreeMemory)                                                                                          \
+    D(vkMapMemory)                                                                                           \
+    D(vkUnmapMemory)                                                                                         \
+    D(vkCreateBuffer)                                                                                        \
+    D(vkDestroyBuffer)                                                                                       \
+    D(vkGetBufferMemoryRequirements)                                                                         \
+    D(vkBindBufferMemory)                                                                                    \
+    D(vkCreateShaderModule)                                                                                  \
+    D(vkDestroyShaderModule)                                                                                 \
+    D(vkCreateDescriptorSetLayout)                                                                           \
+    D(vkDestroyDescriptorSetLayout)                                                                          \
+    D(vkCreatePipelineLayout)                                                                                \
+    D(vkDestroyPipelineLayout)                                                                               \
+    D(vkCreateComputePipelines)                                                                              \
+    D(vkDestroyPipeline)                                                                                     \
+    D(vkCreateDescriptorPool)                                                                                \
+    D(vkDestroyDescriptorPool)                                                                               \
+    D(vkResetDescriptorPool)                                                                                 \
+    D(vkAllocateDescriptorSets)                                                                              \
+    D(vkUpdateDescriptorSets)                                                                                \
+    D(vkCreateCommandPool)                                                                                   \
+    D(vkDestroyCommandPool)                                                                                  \
+    D(vkAllocateCommandBuffers)                                                                              \
+    D(vkBeginCommandBuffer)                                                                                  \
+    D(vkEndCommandBuffer)                                                                                    \
+    D(vkResetCommandBuffer)                                                                                  \
+    D(vkCmdBindPipeline)                                                                                     \
+    D(vkCmdBindDescriptorSets)                                                                               \
+    D(vkCmdPushConstants)                                                                                    \
+    D(vkCmdDispatch)                                                                                         \
+    D(vkCmdPipelineBarrier)                                                                                  \
+    D(vkCmdCopyBuffer)                                                                                       \
+    D(vkCmdFillBuffer)                                                                                       \
+    D(vkQueueSubmit)                                                                                         \
+    D(vkCreateFence)                                                                                         \
+    D(vkDestroyFence)                                                                                        \
+    D(vkWaitForFences)                                                                                       \
     D(vkResetFences)
 
 typedef struct kiln_vk_fns {
@@ -138,15 +138,15 @@ typedef struct kiln_vk_span {
 
 /* The pool's counters (kiln --verbose prints them; the pool test reads them). */
 typedef struct kiln_vk_pool_stats {
-    uint64_t device_allocs;  /* vkAllocateMemory calls for blocks */
-    uint64_t device_frees;   /* vkFreeMemory calls for blocks */
-    uint64_t requests;       /* buffers asked of the pool */
-    uint64_t reuses;         /* requests served from the freed-buffer cache */
-    uint64_t evictions;      /* cached buffers released to make room (LRU) */
-    uint64_t bytes_live;     /* bytes of buffers in use */
-    uint64_t bytes_peak;     /* the most bytes_live has been */
-    uint64_t bytes_device;   /* bytes of device memory held in blocks */
-    uint64_t bytes_cached;   /* bytes of freed buffers kept for reuse */
+    uint64_t device_allocs; /* vkAllocateMemory calls for blocks */
+    uint64_t device_frees;  /* vkFreeMemory calls for blocks */
+    uint64_t requests;      /* buffers asked of the pool */
+    uint64_t reuses;        /* requests served from the freed-buffer cache */
+    uint64_t evictions;     /* cached buffers released to make room (LRU) */
+    uint64_t bytes_live;    /* bytes of buffers in use */
+    uint64_t bytes_peak;    /* the most bytes_live has been */
+    uint64_t bytes_device;  /* bytes of device memory held in blocks */
+    uint64_t bytes_cached;  /* bytes of freed buffers kept for reuse */
 } kiln_vk_pool_stats;
 
 /* pooled = false: every buffer is its own vkAllocateMemory and is freed at once (the comparison the pool
@@ -182,9 +182,9 @@ kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence
 
 /* Options of a Vulkan backend ("vulkan", "vulkan:N", "auto"). */
 typedef struct kiln_vk_options {
-    int32_t device;  /* index among the instance's devices; -1: a GPU (auto) */
-    bool pooled;     /* the memory pool (false only for the pool's own test) */
-    kiln_op refuse;  /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
+    int32_t device; /* index among the instance's devices; -1: a GPU (auto) */
+    bool pooled;    /* the memory pool (false only for the pool's own test) */
+    kiln_op refuse; /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
 } kiln_vk_options;
 
 kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backend **out);
@@ -195,7 +195,8 @@ kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 
 #endif
 
-/* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ---- */
+/* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ----
+ */
 
 enum {
     KILN_VK_PIPE_BINARY,
@@ -204,7 +205,7 @@ enum {
     KILN_VK_PIPE_SOFTMAX,
     KILN_VK_PIPE_ROPE,
     KILN_VK_PIPE_ATTENTION,
-    KILN_VK_PIPE_MATMUL,       /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
+    KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + 4, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + 4,
 };
@@ -221,7 +222,7 @@ typedef struct kiln_vk_weight {
 /* A recorded command buffer for one node range, replayed while the range's key (every recorded op, shape,
  * stride, parameter and data address, and the pool's generation) stays the same. */
 typedef struct kiln_vk_recording {
-    VkCommandBuffer cmd; /* VK_NULL_HANDLE: a slot never used */
+    VkCommandBuffer cmd;          /* VK_NULL_HANDLE: a slot never used */
     VkDescriptorPool *desc_pools; /* each holds DESC_SETS sets; reset when the slot is recorded again */
     int32_t n_desc_pools, used_desc_pools, sets_in_pool;
     unsigned char *key;
@@ -259,7 +260,8 @@ typedef struct kiln_vk_bind {
 } kiln_vk_bind;
 
 /* The binding of bytes [start, start + bytes) of t's data (a weight leaf is uploaded on first use). */
-kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes, kiln_vk_bind *out);
+kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes,
+                                kiln_vk_bind *out);
 /* The binding of t's whole span. */
 kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *out);
 /* Storage buffers per dispatch: bindings 0-2 are sources, 3 the destination, 4 a fourth source (the
@@ -267,8 +269,8 @@ kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *ou
 #define KILN_VK_BINDINGS 5
 /* Record one dispatch of pipeline pipe over groups workgroups (a 2D grid when more than 65535) times gz,
  * with bindings b[0..4] and push constants, followed by a barrier before the next. */
-kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS], const void *push,
-                              uint32_t push_size, uint64_t groups, uint32_t gz);
+kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
+                              const void *push, uint32_t push_size, uint64_t groups, uint32_t gz);
 /* The bytes of t's span: from its first byte to the end of its last row. */
 size_t kiln__vk_span(const kiln_tensor *t);
 

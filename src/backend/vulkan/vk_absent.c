@@ -7,14 +7,18 @@
 
 #include "core/core.h"
 
-int32_t kiln_device_count(void) { return 0; }
+int32_t kiln_device_count(void) {
+    return 0;
+}
 
 kiln_status kiln_device_get(int32_t i, kiln_device_info *out) {
     (void)out;
     return kiln__error(KILN_E_RANGE, "device %d: Kiln was built without Vulkan", i);
 }
 
-const char *kiln_devices_note(void) { return "built without Vulkan"; }
+const char *kiln_devices_note(void) {
+    return "built without Vulkan";
+}
 
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
     (void)device;

@@ -9,10 +9,11 @@
  * and waits. The recording is kept (up to KILN_VK_RECORDINGS, least recently used replaced) under a key of
  * everything it was recorded from, and a later call over a range with the same key submits it again
  * without recording: a committed plan's ranges are recorded once and replayed every step, since its
- * inputs change in content, never in address. Buffers are not host memory: their base is the pool's opaque address, so the scheduler
- * moves every byte in and out through the verbs. Weights (leaves flagged KILN_TENSOR_WEIGHT or
- * KILN_TENSOR_CONST) are read from host memory where they lie, as backend.h's unified-memory contract
- * promises: the backend uploads each once, on first use, and keeps it as long as the backend (the model).
+ * inputs change in content, never in address. Buffers are not host memory: their base is the pool's opaque
+ * address, so the scheduler moves every byte in and out through the verbs. Weights (leaves flagged
+ * KILN_TENSOR_WEIGHT or KILN_TENSOR_CONST) are read from host memory where they lie, as backend.h's
+ * unified-memory contract promises: the backend uploads each once, on first use, and keeps it as long as the
+ * backend (the model).
  */
 #include "backend/vulkan/vk.h"
 #include "backend/vulkan/vk_shaders.h"
@@ -28,7 +29,7 @@
 
 static kiln_status vk_fail(VkResult r, const char *what) {
     kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
-                                                                                            : KILN_E_INTERNAL;
+                                                                                           : KILN_E_INTERNAL;
     return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
 }
 
@@ -149,7 +150,8 @@ static kiln_status weight_addr(kiln_vk_ctx *c, const kiln_tensor *w, uintptr_t *
     }
     if ((s = kiln__vk_pool_alloc(c->dev->pool, bytes, addr)))
         return kiln__error_prefix(s, "uploading weight '%s': ", w->name);
-    if (!kiln__vk_pool_resolve(c->dev->pool, *addr, &sp) || (s = kiln__vk_upload(c->dev, sp, w->data, bytes))) {
+    if (!kiln__vk_pool_resolve(c->dev->pool, *addr, &sp) ||
+        (s = kiln__vk_upload(c->dev, sp, w->data, bytes))) {
         kiln__vk_pool_free(c->dev->pool, *addr);
         return s ? s : kiln__error(KILN_E_INTERNAL, "vulkan: a fresh buffer does not resolve");
     }
@@ -163,7 +165,8 @@ static kiln_status weight_addr(kiln_vk_ctx *c, const kiln_tensor *w, uintptr_t *
     return KILN_OK;
 }
 
-kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes, kiln_vk_bind *out) {
+kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes,
+                                kiln_vk_bind *out) {
     const kiln_tensor *root = t->view_src ? t->view_src : t;
     kiln_vk_span sp;
     uintptr_t addr;
@@ -184,8 +187,9 @@ kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t sta
     out->range = out->rem + (VkDeviceSize)(bytes ? bytes : 4);
     if (out->range > sp.size + out->rem) out->range = sp.size + out->rem;
     if (out->range > c->dev->max_range)
-        return kiln__error(KILN_E_UNSUPPORTED, "vulkan: tensor '%s' spans %llu bytes, over maxStorageBufferRange %llu",
-                           t->name, (unsigned long long)out->range, (unsigned long long)c->dev->max_range);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "vulkan: tensor '%s' spans %llu bytes, over maxStorageBufferRange %llu", t->name,
+                           (unsigned long long)out->range, (unsigned long long)c->dev->max_range);
     return KILN_OK;
 }
 
@@ -201,7 +205,8 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
     VkResult r;
     if (rec->used_desc_pools == 0 || rec->sets_in_pool == DESC_SETS) {
         if (rec->used_desc_pools == rec->n_desc_pools) {
-            VkDescriptorPool *grown = kiln__realloc_array(rec->desc_pools, (size_t)rec->n_desc_pools + 1, sizeof *grown);
+            VkDescriptorPool *grown =
+                kiln__realloc_array(rec->desc_pools, (size_t)rec->n_desc_pools + 1, sizeof *grown);
             if (!grown) return kiln__nomem("the Vulkan descriptor pools");
             rec->desc_pools = grown;
             VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, KILN_VK_BINDINGS * DESC_SETS};
@@ -209,7 +214,8 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
                                              .maxSets = DESC_SETS,
                                              .poolSizeCount = 1,
                                              .pPoolSizes = &size};
-            if ((r = fn->vkCreateDescriptorPool(c->dev->device, &ci, NULL, &rec->desc_pools[rec->n_desc_pools])))
+            if ((r = fn->vkCreateDescriptorPool(c->dev->device, &ci, NULL,
+                                                &rec->desc_pools[rec->n_desc_pools])))
                 return vk_fail(r, "vkCreateDescriptorPool");
             rec->n_desc_pools++;
         }
@@ -220,13 +226,14 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
                                       .descriptorPool = rec->desc_pools[rec->used_desc_pools - 1],
                                       .descriptorSetCount = 1,
                                       .pSetLayouts = &c->set_layout};
-    if ((r = fn->vkAllocateDescriptorSets(c->dev->device, &ai, out))) return vk_fail(r, "vkAllocateDescriptorSets");
+    if ((r = fn->vkAllocateDescriptorSets(c->dev->device, &ai, out)))
+        return vk_fail(r, "vkAllocateDescriptorSets");
     rec->sets_in_pool++;
     return KILN_OK;
 }
 
-kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS], const void *push,
-                              uint32_t push_size, uint64_t groups, uint32_t gz) {
+kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
+                              const void *push, uint32_t push_size, uint64_t groups, uint32_t gz) {
     kiln_vk_fns *fn = c->dev->fn;
     VkDescriptorBufferInfo infos[KILN_VK_BINDINGS];
     VkWriteDescriptorSet writes[KILN_VK_BINDINGS];
@@ -258,8 +265,8 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    fn->vkCmdPipelineBarrier(c->rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
-                             &mb, 0, NULL, 0, NULL);
+    fn->vkCmdPipelineBarrier(c->rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
     return KILN_OK;
 }
 
@@ -271,7 +278,8 @@ static bool key_put(kiln_vk_ctx *c, const void *bytes, size_t n) {
     if (c->key_len + n > c->key_cap) {
         size_t cap = c->key_cap ? c->key_cap : 4096;
         unsigned char *grown;
-        while (cap < c->key_len + n) cap *= 2;
+        while (cap < c->key_len + n)
+            cap *= 2;
         if (!(grown = kiln__realloc(c->key, cap))) return false;
         c->key = grown;
         c->key_cap = cap;
@@ -291,7 +299,8 @@ static kiln_status make_key(kiln_vk_ctx *c, kiln_graph *g, int32_t i0, int32_t i
     for (int32_t i = i0; i < i1 && ok; i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
         if (kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE) continue;
-        ok = key_put(c, &t->op, sizeof t->op) && key_put(c, t->ip, sizeof t->ip) && key_put(c, t->fp, sizeof t->fp);
+        ok = key_put(c, &t->op, sizeof t->op) && key_put(c, t->ip, sizeof t->ip) &&
+             key_put(c, t->fp, sizeof t->fp);
         for (int k = -1; k < KILN_MAX_SRC && ok; k++) {
             const kiln_tensor *x = k < 0 ? t : t->src[k], *root;
             const void *none = NULL;
@@ -342,7 +351,8 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
     VkResult r;
     rec->valid = false;
     for (int32_t i = 0; i < rec->used_desc_pools; i++)
-        if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0))) return vk_fail(r, "vkResetDescriptorPool");
+        if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0)))
+            return vk_fail(r, "vkResetDescriptorPool");
     rec->used_desc_pools = 0;
     if ((r = fn->vkResetCommandBuffer(rec->cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -380,7 +390,8 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
     kiln_status s;
     if ((s = make_key(c, g, i0, i1))) return s;
     for (int i = 0; i < KILN_VK_RECORDINGS && !rec; i++)
-        if (c->recs[i].valid && c->recs[i].key_len == c->key_len && !memcmp(c->recs[i].key, c->key, c->key_len))
+        if (c->recs[i].valid && c->recs[i].key_len == c->key_len &&
+            !memcmp(c->recs[i].key, c->key, c->key_len))
             rec = &c->recs[i];
     if (rec) {
         if (b->abort_fn && b->abort_fn(b->abort_user))
@@ -467,7 +478,8 @@ static kiln_status make_pipeline(kiln_vk_ctx *c, int pipe, const char *name, int
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                    .codeSize = sh->size,
                                    .pCode = (const uint32_t *)(const void *)sh->code};
-    if ((r = fn->vkCreateShaderModule(c->dev->device, &mi, NULL, &mod))) return vk_fail(r, "vkCreateShaderModule");
+    if ((r = fn->vkCreateShaderModule(c->dev->device, &mi, NULL, &mod)))
+        return vk_fail(r, "vkCreateShaderModule");
     VkSpecializationMapEntry entry = {0, 0, sizeof value};
     VkSpecializationInfo si = {1, &entry, sizeof value, &value};
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -493,7 +505,8 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     kiln_status s;
     VkDescriptorSetLayoutBinding binds[KILN_VK_BINDINGS];
     for (uint32_t i = 0; i < KILN_VK_BINDINGS; i++)
-        binds[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+        binds[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
+                                                  VK_SHADER_STAGE_COMPUTE_BIT, NULL};
     VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                           .bindingCount = KILN_VK_BINDINGS,
                                           .pBindings = binds};
@@ -505,10 +518,13 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
                                      .pSetLayouts = &c->set_layout,
                                      .pushConstantRangeCount = 1,
                                      .pPushConstantRanges = &pc};
-    if ((r = fn->vkCreatePipelineLayout(c->dev->device, &pi, NULL, &c->layout))) return vk_fail(r, "vkCreatePipelineLayout");
-    if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) || (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
+    if ((r = fn->vkCreatePipelineLayout(c->dev->device, &pi, NULL, &c->layout)))
+        return vk_fail(r, "vkCreatePipelineLayout");
+    if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) || (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)))
         return s;
     for (int32_t t = 0; t < 4; t++)
@@ -521,7 +537,8 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
 static kiln_status make_fence(kiln_vk_ctx *c) {
     VkResult r;
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = c->dev->fn->vkCreateFence(c->dev->device, &fci, NULL, &c->fence))) return vk_fail(r, "vkCreateFence");
+    if ((r = c->dev->fn->vkCreateFence(c->dev->device, &fci, NULL, &c->fence)))
+        return vk_fail(r, "vkCreateFence");
     return KILN_OK;
 }
 
@@ -544,8 +561,8 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
         vk_destroy(b);
         return s;
     }
-    snprintf(c->description, sizeof c->description, "vulkan:%d (%s, %s)", c->dev->info.index, c->dev->info.name,
-             kiln_device_type_name(c->dev->info.type));
+    snprintf(c->description, sizeof c->description, "vulkan:%d (%s, %s)", c->dev->info.index,
+             c->dev->info.name, kiln_device_type_name(c->dev->info.type));
     *out = b;
     return KILN_OK;
 }

@@ -16,12 +16,13 @@
 
 static kiln_status vk_fail(VkResult r, const char *what) {
     kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
-                                                                                            : KILN_E_INTERNAL;
+                                                                                           : KILN_E_INTERNAL;
     return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
 }
 
 /* The first memory type allowed by bits with all of `want`; UINT32_MAX when none. */
-static uint32_t memory_type(const VkPhysicalDeviceMemoryProperties *m, uint32_t bits, VkMemoryPropertyFlags want) {
+static uint32_t memory_type(const VkPhysicalDeviceMemoryProperties *m, uint32_t bits,
+                            VkMemoryPropertyFlags want) {
     for (uint32_t i = 0; i < m->memoryTypeCount; i++)
         if ((bits & (1u << i)) && (m->memoryTypes[i].propertyFlags & want) == want) return i;
     return UINT32_MAX;
@@ -71,8 +72,8 @@ static kiln_status open_device(kiln_vk_device *d) {
                                  .queueFamilyIndex = d->queue_family,
                                  .queueCount = 1,
                                  .pQueuePriorities = &prio};
-    VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &q};
+    VkDeviceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &q};
     if ((r = d->fn->vkCreateDevice(d->physical, &ci, NULL, &d->device)) != VK_SUCCESS) {
         d->device = VK_NULL_HANDLE;
         return kiln__error(KILN_E_UNSUPPORTED, "vkCreateDevice on '%s' failed (%s)", d->info.name,
@@ -82,7 +83,8 @@ static kiln_status open_device(kiln_vk_device *d) {
     d->fn->vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
     d->fn->vkGetPhysicalDeviceProperties(d->physical, &props);
     d->max_range = props.limits.maxStorageBufferRange;
-    d->min_offset = props.limits.minStorageBufferOffsetAlignment ? props.limits.minStorageBufferOffsetAlignment : 1;
+    d->min_offset =
+        props.limits.minStorageBufferOffsetAlignment ? props.limits.minStorageBufferOffsetAlignment : 1;
     return KILN_OK;
 }
 
@@ -91,7 +93,8 @@ static kiln_status make_commands(kiln_vk_device *d) {
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                    .queueFamilyIndex = d->queue_family};
-    if ((r = d->fn->vkCreateCommandPool(d->device, &pci, NULL, &d->cmd_pool))) return vk_fail(r, "vkCreateCommandPool");
+    if ((r = d->fn->vkCreateCommandPool(d->device, &pci, NULL, &d->cmd_pool)))
+        return vk_fail(r, "vkCreateCommandPool");
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = d->cmd_pool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
@@ -99,7 +102,8 @@ static kiln_status make_commands(kiln_vk_device *d) {
     if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->transfer_cmd)))
         return vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence))) return vk_fail(r, "vkCreateFence");
+    if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence)))
+        return vk_fail(r, "vkCreateFence");
     return KILN_OK;
 }
 
@@ -112,20 +116,24 @@ static kiln_status make_staging(kiln_vk_device *d) {
                              .size = STAGING_BYTES,
                              .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    if ((r = d->fn->vkCreateBuffer(d->device, &bi, NULL, &d->staging_buf))) return vk_fail(r, "vkCreateBuffer (staging)");
+    if ((r = d->fn->vkCreateBuffer(d->device, &bi, NULL, &d->staging_buf)))
+        return vk_fail(r, "vkCreateBuffer (staging)");
     d->fn->vkGetBufferMemoryRequirements(d->device, d->staging_buf, &req);
-    d->staging_type_index = memory_type(&mp, req.memoryTypeBits,
-                                        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    d->staging_type_index = memory_type(
+        &mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
     /* Device buffers: device-local memory when there is any (all memory is, on lavapipe). */
     d->device_type_index = memory_type(&mp, UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (d->device_type_index == UINT32_MAX) d->device_type_index = memory_type(&mp, UINT32_MAX, 0);
     if (d->staging_type_index == UINT32_MAX)
-        return kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' has no host-visible coherent memory", d->info.name);
+        return kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' has no host-visible coherent memory",
+                           d->info.name);
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                .allocationSize = req.size,
                                .memoryTypeIndex = d->staging_type_index};
-    if ((r = d->fn->vkAllocateMemory(d->device, &ai, NULL, &d->staging_mem))) return vk_fail(r, "vkAllocateMemory (staging)");
-    if ((r = d->fn->vkBindBufferMemory(d->device, d->staging_buf, d->staging_mem, 0))) return vk_fail(r, "vkBindBufferMemory");
+    if ((r = d->fn->vkAllocateMemory(d->device, &ai, NULL, &d->staging_mem)))
+        return vk_fail(r, "vkAllocateMemory (staging)");
+    if ((r = d->fn->vkBindBufferMemory(d->device, d->staging_buf, d->staging_mem, 0)))
+        return vk_fail(r, "vkBindBufferMemory");
     if ((r = d->fn->vkMapMemory(d->device, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map)))
         return vk_fail(r, "vkMapMemory (staging)");
     d->staging_size = STAGING_BYTES;
@@ -166,10 +174,12 @@ void kiln__vk_device_destroy(kiln_vk_device *d) {
 
 kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence) {
     VkResult r;
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
     if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return vk_fail(r, "vkResetFences");
     if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return vk_fail(r, "vkQueueSubmit");
-    if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX))) return vk_fail(r, "vkWaitForFences");
+    if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX)))
+        return vk_fail(r, "vkWaitForFences");
     return KILN_OK;
 }
 
@@ -191,8 +201,8 @@ static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_of
         d->fn->vkCmdFillBuffer(d->transfer_cmd, dst, dst_off, size, fill);
     }
     d->fn->vkCmdPipelineBarrier(d->transfer_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0, NULL,
-                                0, NULL);
+                                VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0,
+                                NULL, 0, NULL);
     if ((r = d->fn->vkEndCommandBuffer(d->transfer_cmd))) return vk_fail(r, "vkEndCommandBuffer");
     return kiln__vk_submit_wait(d, d->transfer_cmd, d->transfer_fence);
 }
@@ -222,7 +232,8 @@ kiln_status kiln__vk_download(kiln_vk_device *d, kiln_vk_span src, void *dst, si
 kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t size) {
     uint32_t word = (uint32_t)(value & 0xff) * 0x01010101u;
     kiln_status s;
-    if (dst.offset % 4 == 0 && size % 4 == 0) return transfer(d, VK_NULL_HANDLE, 0, dst.buffer, dst.offset, size, word);
+    if (dst.offset % 4 == 0 && size % 4 == 0)
+        return transfer(d, VK_NULL_HANDLE, 0, dst.buffer, dst.offset, size, word);
     /* Unaligned ends: the bytes go through the ring. */
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
@@ -234,7 +245,8 @@ kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t
 }
 
 kiln_status kiln__vk_copy(kiln_vk_device *d, kiln_vk_span src, kiln_vk_span dst, size_t size) {
-    bool overlap = src.buffer == dst.buffer && src.offset < dst.offset + size && dst.offset < src.offset + size;
+    bool overlap =
+        src.buffer == dst.buffer && src.offset < dst.offset + size && dst.offset < src.offset + size;
     kiln_status s;
     if (!overlap) return transfer(d, src.buffer, src.offset, dst.buffer, dst.offset, size, 0);
     /* vkCmdCopyBuffer forbids overlapping regions: go through the ring, in the direction memmove would. */

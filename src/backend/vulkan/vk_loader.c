@@ -45,7 +45,8 @@ static kiln_status open_private(kiln_vk_loader *l, const char *name) {
         return kiln__error(KILN_E_UNSUPPORTED, "no Vulkan loader (%s)", why ? why : name);
     }
     l->get_instance_proc = (PFN_vkGetInstanceProcAddr)dlsym(l->lib, "vkGetInstanceProcAddr");
-    create = l->get_instance_proc ? (PFN_vkCreateInstance)l->get_instance_proc(NULL, "vkCreateInstance") : NULL;
+    create =
+        l->get_instance_proc ? (PFN_vkCreateInstance)l->get_instance_proc(NULL, "vkCreateInstance") : NULL;
     if (!create) {
         kiln__vk_close(l);
         return kiln__error(KILN_E_UNSUPPORTED, "the Vulkan loader %s has no vkGetInstanceProcAddr", name);
@@ -61,11 +62,11 @@ static kiln_status open_private(kiln_vk_loader *l, const char *name) {
         return kiln__error(KILN_E_UNSUPPORTED, "no Vulkan instance: vkCreateInstance failed (%s)",
                            kiln__vk_result_name(r));
     }
-#define KILN_VK_LOAD(fname)                                                                                   \
-    l->fn.fname = (PFN_##fname)l->get_instance_proc(l->instance, #fname);                                     \
-    if (!l->fn.fname) {                                                                                       \
-        kiln__vk_close(l);                                                                                    \
-        return kiln__error(KILN_E_UNSUPPORTED, "the Vulkan loader lacks %s (Vulkan 1.1 is needed)", #fname);  \
+#define KILN_VK_LOAD(fname)                                                                                  \
+    l->fn.fname = (PFN_##fname)l->get_instance_proc(l->instance, #fname);                                    \
+    if (!l->fn.fname) {                                                                                      \
+        kiln__vk_close(l);                                                                                   \
+        return kiln__error(KILN_E_UNSUPPORTED, "the Vulkan loader lacks %s (Vulkan 1.1 is needed)", #fname); \
     }
     KILN_VK_INSTANCE_FNS(KILN_VK_LOAD)
 #undef KILN_VK_LOAD
@@ -102,8 +103,8 @@ kiln_status kiln__vk_open(kiln_vk_loader *l) {
 }
 
 kiln_status kiln__vk_load_device(kiln_vk_loader *l, VkDevice dev) {
-#define KILN_VK_LOAD(fname)                                                                                   \
-    l->fn.fname = (PFN_##fname)l->fn.vkGetDeviceProcAddr(dev, #fname);                                        \
+#define KILN_VK_LOAD(fname)                                                                                  \
+    l->fn.fname = (PFN_##fname)l->fn.vkGetDeviceProcAddr(dev, #fname);                                       \
     if (!l->fn.fname) return kiln__error(KILN_E_UNSUPPORTED, "the Vulkan device lacks %s", #fname);
     KILN_VK_DEVICE_FNS(KILN_VK_LOAD)
 #undef KILN_VK_LOAD
@@ -130,7 +131,8 @@ kiln_status kiln__vk_physical_devices(kiln_vk_loader *l, VkPhysicalDevice *out, 
     *n = cap;
     r = l->fn.vkEnumeratePhysicalDevices(l->instance, n, out);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE)
-        return kiln__error(KILN_E_UNSUPPORTED, "vkEnumeratePhysicalDevices failed (%s)", kiln__vk_result_name(r));
+        return kiln__error(KILN_E_UNSUPPORTED, "vkEnumeratePhysicalDevices failed (%s)",
+                           kiln__vk_result_name(r));
     return KILN_OK;
 }
 
@@ -156,11 +158,12 @@ static bool has_extension(kiln_vk_loader *l, VkPhysicalDevice pd, const char *na
 
 void kiln__vk_describe(kiln_vk_loader *l, VkPhysicalDevice pd, int32_t index, kiln_device_info *out) {
     VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-    VkPhysicalDeviceProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sub};
+    VkPhysicalDeviceProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                         .pNext = &sub};
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
-    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
-                                                .pNext = &f16};
+    VkPhysicalDevice16BitStorageFeatures s16 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, .pNext = &f16};
     VkPhysicalDeviceFeatures2 feats = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
     VkPhysicalDeviceMemoryProperties mem;
     memset(out, 0, sizeof *out);
@@ -182,8 +185,8 @@ void kiln__vk_describe(kiln_vk_loader *l, VkPhysicalDevice pd, int32_t index, ki
     out->fp16 = f16.shaderFloat16;
     out->int8 = f16.shaderInt8;
     out->storage16 = s16.storageBuffer16BitAccess;
-    out->integer_dot = VK_API_VERSION_MINOR(p->apiVersion) >= 3 ||
-                       has_extension(l, pd, "VK_KHR_shader_integer_dot_product");
+    out->integer_dot =
+        VK_API_VERSION_MINOR(p->apiVersion) >= 3 || has_extension(l, pd, "VK_KHR_shader_integer_dot_product");
     out->subgroup_size = sub.subgroupSize;
     out->max_storage_buffer_range = p->limits.maxStorageBufferRange;
     out->max_shared_memory = p->limits.maxComputeSharedMemorySize;
@@ -212,7 +215,8 @@ static void read_list(void) {
         kiln__vk_close(&l);
         return;
     }
-    for (uint32_t i = 0; i < n; i++) kiln__vk_describe(&l, pds[i], (int32_t)i, &listed.infos[i]);
+    for (uint32_t i = 0; i < n; i++)
+        kiln__vk_describe(&l, pds[i], (int32_t)i, &listed.infos[i]);
     listed.n = (int32_t)n;
     if (n == 0) snprintf(listed.note, sizeof listed.note, "no Vulkan device");
     kiln__vk_close(&l);

@@ -61,7 +61,8 @@ static void *grow(void *arr, int32_t *cap, int32_t need, size_t elem) {
     int32_t n = *cap ? *cap : 8;
     void *p;
     if (need <= *cap) return arr;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     if (!(p = kiln__realloc_array(arr, (size_t)n, elem))) return NULL;
     *cap = n;
     return p;
@@ -69,7 +70,8 @@ static void *grow(void *arr, int32_t *cap, int32_t need, size_t elem) {
 
 static int bucket(VkDeviceSize size) {
     int b = 0;
-    while (((VkDeviceSize)1 << b) < size) b++;
+    while (((VkDeviceSize)1 << b) < size)
+        b++;
     return b;
 }
 
@@ -93,7 +95,8 @@ static kiln_status block_new(kiln_vk_pool *p, VkDeviceSize size, int32_t *out) {
     VkResult r;
     int32_t i;
     vk_block *b;
-    for (i = 0; i < p->n_blocks && p->blocks[i].mem; i++) {}
+    for (i = 0; i < p->n_blocks && p->blocks[i].mem; i++) {
+    }
     if (i == p->n_blocks) {
         vk_block *nb = grow(p->blocks, &p->cap_blocks, p->n_blocks + 1, sizeof *nb);
         if (!nb) return kiln__nomem("the Vulkan pool's blocks");
@@ -129,7 +132,8 @@ static kiln_status block_new(kiln_vk_pool *p, VkDeviceSize size, int32_t *out) {
     b->size = size;
     if ((r = d->fn->vkBindBufferMemory(d->device, b->buf, b->mem, 0))) {
         block_release_memory(p, b);
-        return kiln__error(KILN_E_INTERNAL, "vulkan: vkBindBufferMemory failed (%s)", kiln__vk_result_name(r));
+        return kiln__error(KILN_E_INTERNAL, "vulkan: vkBindBufferMemory failed (%s)",
+                           kiln__vk_result_name(r));
     }
     if (!(b->free = kiln__alloc(sizeof *b->free))) {
         block_release_memory(p, b);
@@ -162,7 +166,8 @@ static bool block_take(vk_block *b, VkDeviceSize size, VkDeviceSize *offset) {
 static void block_give(kiln_vk_pool *p, int32_t bi, VkDeviceSize offset, VkDeviceSize size) {
     vk_block *b = &p->blocks[bi];
     int32_t i = 0;
-    while (i < b->n_free && b->free[i].offset < offset) i++;
+    while (i < b->n_free && b->free[i].offset < offset)
+        i++;
     bool left = i > 0 && b->free[i - 1].offset + b->free[i - 1].size == offset;
     bool right = i < b->n_free && offset + size == b->free[i].offset;
     b->used -= size;
@@ -232,7 +237,8 @@ static kiln_status carve(kiln_vk_pool *p, VkDeviceSize size, uintptr_t *addr) {
     kiln_status s;
     bool shared = p->pooled && size <= p->block_bytes / 2;
     for (int32_t i = 0; shared && i < p->n_blocks && bi < 0; i++)
-        if (p->blocks[i].mem && p->blocks[i].size == p->block_bytes && block_take(&p->blocks[i], size, &offset))
+        if (p->blocks[i].mem && p->blocks[i].size == p->block_bytes &&
+            block_take(&p->blocks[i], size, &offset))
             bi = i;
     if (bi < 0) {
         if ((s = block_new(p, shared ? p->block_bytes : size, &bi))) {
@@ -253,7 +259,8 @@ kiln_status kiln__vk_pool_alloc(kiln_vk_pool *p, size_t request, uintptr_t *addr
     int32_t hit = -1;
     *addr = 0;
     if ((uint64_t)request > ((uint64_t)ADDR_MASK >> 1))
-        return kiln__error(KILN_E_RANGE, "vulkan: a %zu-byte buffer is larger than the pool's blocks", request);
+        return kiln__error(KILN_E_RANGE, "vulkan: a %zu-byte buffer is larger than the pool's blocks",
+                           request);
     if (!(live = grow(p->live, &p->cap_live, p->n_live + 1, sizeof *live)))
         return kiln__nomem("the Vulkan pool's buffer list");
     p->live = live;
@@ -281,7 +288,8 @@ kiln_status kiln__vk_pool_alloc(kiln_vk_pool *p, size_t request, uintptr_t *addr
 void kiln__vk_pool_free(kiln_vk_pool *p, uintptr_t addr) {
     int32_t i;
     vk_entry e, *cache;
-    for (i = 0; i < p->n_live && p->live[i].addr != addr; i++) {}
+    for (i = 0; i < p->n_live && p->live[i].addr != addr; i++) {
+    }
     if (i == p->n_live) return; /* not a live buffer: a programmer error the wrappers never make */
     e = p->live[i];
     p->live[i] = p->live[--p->n_live];
@@ -309,8 +317,14 @@ bool kiln__vk_pool_resolve(const kiln_vk_pool *p, uintptr_t addr, kiln_vk_span *
     return true;
 }
 
-void kiln__vk_pool_stats(const kiln_vk_pool *p, kiln_vk_pool_stats *out) { *out = p->st; }
+void kiln__vk_pool_stats(const kiln_vk_pool *p, kiln_vk_pool_stats *out) {
+    *out = p->st;
+}
 
-void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n) { p->fail_after = n; }
+void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n) {
+    p->fail_after = n;
+}
 
-uint64_t kiln__vk_pool_generation(const kiln_vk_pool *p) { return p->generation; }
+uint64_t kiln__vk_pool_generation(const kiln_vk_pool *p) {
+    return p->generation;
+}

@@ -28,7 +28,9 @@
 
 /* ---- Support ---- */
 
-static bool is_f32(const kiln_tensor *t) { return t && t->type == KILN_TYPE_F32; }
+static bool is_f32(const kiln_tensor *t) {
+    return t && t->type == KILN_TYPE_F32;
+}
 
 /* Element counts, strides in elements and spans that the shaders' 32-bit arithmetic can carry. */
 static bool fits(const kiln_vk_ctx *c, const kiln_tensor *t, bool check_range) {
@@ -64,7 +66,8 @@ static bool matmul_ok(const kiln_vk_ctx *c, const kiln_tensor *n) {
         !fits(c, n, true) || !fits(c, w, false))
         return false;
     if (w->type != KILN_TYPE_F32 && w->type != KILN_TYPE_F16 && x->ne[0] % 32 != 0) return false;
-    if (n->op == KILN_OP_LINEAR && ((n->ip[1] & KILN_LINEAR_TRANS0) || (bias && (!is_f32(bias) || bias->nb[0] != 4))))
+    if (n->op == KILN_OP_LINEAR &&
+        ((n->ip[1] & KILN_LINEAR_TRANS0) || (bias && (!is_f32(bias) || bias->nb[0] != 4))))
         return false;
     if (n->op == KILN_OP_LINEAR && (n->ip[0] < KILN_ACT_NONE || n->ip[0] > KILN_ACT_SILU)) return false;
     if (w->ne[2] <= 0 || w->ne[3] <= 0 || x->ne[2] % w->ne[2] || x->ne[3] % w->ne[3]) return false;
@@ -96,39 +99,41 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
         return is_f32(a) && fits(c, a, true) && kiln__tensor_nelements(a) == kiln__tensor_nelements(n);
     case KILN_OP_RMS_NORM:
     case KILN_OP_NORM:
-    case KILN_OP_SOFTMAX:
-        return is_f32(a) && a->nb[0] == 4 && fits(c, a, true);
+    case KILN_OP_SOFTMAX: return is_f32(a) && a->nb[0] == 4 && fits(c, a, true);
     case KILN_OP_RMS_NORM_MUL:
-        return is_f32(a) && a->nb[0] == 4 && fits(c, a, true) && is_f32(b) && fits(c, b, true) && broadcasts(a, b);
+        return is_f32(a) && a->nb[0] == 4 && fits(c, a, true) && is_f32(b) && fits(c, b, true) &&
+               broadcasts(a, b);
     case KILN_OP_MATMUL:
-    case KILN_OP_LINEAR:
-        return matmul_ok(c, n);
+    case KILN_OP_LINEAR: return matmul_ok(c, n);
     case KILN_OP_GET_ROWS:
-        return weight_type(a->type) && rows_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && fits(c, a, true) &&
-               b->type == KILN_TYPE_I32 && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 && fits(c, b, true);
+        return weight_type(a->type) && rows_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 &&
+               fits(c, a, true) && b->type == KILN_TYPE_I32 && b->ne[1] == 1 && b->ne[2] == 1 &&
+               b->ne[3] == 1 && fits(c, b, true);
     case KILN_OP_ATTENTION: {
         const kiln_tensor *k = n->src[1], *v = n->src[2], *m = n->src[3];
-        return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 && v->nb[0] == 4 &&
-               m->nb[0] == 4 && a->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 && k->ne[2] <= 4096 &&
-               k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) && fits(c, k, true) && fits(c, v, true) &&
-               fits(c, m, true);
+        return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 &&
+               v->nb[0] == 4 && m->nb[0] == 4 && a->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 &&
+               k->ne[2] <= 4096 && k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) &&
+               fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
     }
     case KILN_OP_ROPE:
         return is_f32(a) && a->nb[0] == 4 && a->ne[3] == 1 && fits(c, a, true) && b->type == KILN_TYPE_I32 &&
-               b->nb[0] == 4 && fits(c, b, true) && n->ip[0] > 0 && n->ip[0] % 2 == 0 && n->ip[0] <= a->ne[0] &&
-               (n->ip[1] == KILN_ROPE_NORMAL || n->ip[1] == KILN_ROPE_NEOX) &&
+               b->nb[0] == 4 && fits(c, b, true) && n->ip[0] > 0 && n->ip[0] % 2 == 0 &&
+               n->ip[0] <= a->ne[0] && (n->ip[1] == KILN_ROPE_NORMAL || n->ip[1] == KILN_ROPE_NEOX) &&
                (!n->src[2] || (is_f32(n->src[2]) && n->src[2]->nb[0] == 4));
-    default:
-        return false;
+    default: return false;
     }
 }
 
 /* ---- Recording ---- */
 
-static uint32_t el(size_t bytes) { return (uint32_t)(bytes / 4); } /* an F32 stride in elements */
+static uint32_t el(size_t bytes) {
+    return (uint32_t)(bytes / 4);
+} /* an F32 stride in elements */
 
 /* Bind ts[0..4] (NULL: unused) in binding order: sources 0-2, the destination, a fourth source. */
-static kiln_status bind_all(kiln_vk_ctx *c, const kiln_tensor *const ts[KILN_VK_BINDINGS], kiln_vk_bind b[KILN_VK_BINDINGS]) {
+static kiln_status bind_all(kiln_vk_ctx *c, const kiln_tensor *const ts[KILN_VK_BINDINGS],
+                            kiln_vk_bind b[KILN_VK_BINDINGS]) {
     kiln_status s;
     memset(b, 0, KILN_VK_BINDINGS * sizeof *b);
     for (int i = 0; i < KILN_VK_BINDINGS; i++)
@@ -140,15 +145,19 @@ static kiln_status record_binary(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *a = n->src[0], *y = n->src[1], *ts[KILN_VK_BINDINGS] = {a, y, NULL, n};
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
-    uint32_t op = n->op == KILN_OP_ADD ? 0 : n->op == KILN_OP_MUL ? 1 : n->op == KILN_OP_SWIGLU ? 2 : 3 | (uint32_t)n->ip[0] << 8;
+    uint32_t op = n->op == KILN_OP_ADD      ? 0
+                  : n->op == KILN_OP_MUL    ? 1
+                  : n->op == KILN_OP_SWIGLU ? 2
+                                            : 3 | (uint32_t)n->ip[0] << 8;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[24] = {b[0].rem / 4, b[1].rem / 4, b[3].rem / 4, op,
+    uint32_t pc[24] = {b[0].rem / 4,       b[1].rem / 4,       b[3].rem / 4,       op,
                        (uint32_t)n->ne[0], (uint32_t)n->ne[1], (uint32_t)n->ne[2], (uint32_t)n->ne[3],
-                       el(a->nb[0]), el(a->nb[1]), el(a->nb[2]), el(a->nb[3]),
+                       el(a->nb[0]),       el(a->nb[1]),       el(a->nb[2]),       el(a->nb[3]),
                        (uint32_t)y->ne[0], (uint32_t)y->ne[1], (uint32_t)y->ne[2], (uint32_t)y->ne[3],
-                       el(y->nb[0]), el(y->nb[1]), el(y->nb[2]), el(y->nb[3]),
-                       el(n->nb[0]), el(n->nb[1]), el(n->nb[2]), el(n->nb[3])};
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_BINARY, b, pc, sizeof pc, ((uint64_t)kiln__tensor_nelements(n) + 255) / 256, 1);
+                       el(y->nb[0]),       el(y->nb[1]),       el(y->nb[2]),       el(y->nb[3]),
+                       el(n->nb[0]),       el(n->nb[1]),       el(n->nb[2]),       el(n->nb[3])};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_BINARY, b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(n) + 255) / 256, 1);
 }
 
 static kiln_status record_unary(kiln_vk_ctx *c, const kiln_tensor *n) {
@@ -173,28 +182,30 @@ static kiln_status record_unary(kiln_vk_ctx *c, const kiln_tensor *n) {
     memcpy(anb, a->nb, sizeof anb);
     size_t dnb[4] = {4, 4 * (size_t)ne[0], 4 * (size_t)(ne[0] * ne[1]), 4 * (size_t)(ne[0] * ne[1] * ne[2])};
     if (n->op != KILN_OP_CONT) memcpy(dnb, n->nb, sizeof dnb);
-    uint32_t pc[18] = {b[0].rem / 4, b[3].rem / 4, op, 0,
-                       (uint32_t)ne[0], (uint32_t)ne[1], (uint32_t)ne[2], (uint32_t)ne[3],
-                       el(anb[0]), el(anb[1]), el(anb[2]), el(anb[3]),
-                       el(dnb[0]), el(dnb[1]), el(dnb[2]), el(dnb[3])};
+    uint32_t pc[18] = {
+        b[0].rem / 4,    b[3].rem / 4,    op,         0,          (uint32_t)ne[0], (uint32_t)ne[1],
+        (uint32_t)ne[2], (uint32_t)ne[3], el(anb[0]), el(anb[1]), el(anb[2]),      el(anb[3]),
+        el(dnb[0]),      el(dnb[1]),      el(dnb[2]), el(dnb[3])};
     memcpy(&pc[16], &p0, 4);
     memcpy(&pc[17], &p1, 4);
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_UNARY, b, pc, sizeof pc, ((uint64_t)kiln__tensor_nelements(a) + 255) / 256, 1);
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_UNARY, b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(a) + 255) / 256, 1);
 }
 
 static kiln_status record_norm(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *w = n->op == KILN_OP_RMS_NORM_MUL ? n->src[1] : NULL, *ts[KILN_VK_BINDINGS] = {x, w, NULL, n};
+    const kiln_tensor *x = n->src[0], *w = n->op == KILN_OP_RMS_NORM_MUL ? n->src[1] : NULL,
+                      *ts[KILN_VK_BINDINGS] = {x, w, NULL, n};
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     uint32_t op = n->op == KILN_OP_RMS_NORM ? 0 : n->op == KILN_OP_RMS_NORM_MUL ? 1 : 2;
     if ((s = bind_all(c, ts, b))) return s;
     if (!w) w = x; /* unread; its shape keeps the shader's modulos defined */
-    uint32_t pc[24] = {b[0].rem / 4, b[1].rem / 4, b[3].rem / 4, op,
+    uint32_t pc[24] = {b[0].rem / 4,       b[1].rem / 4,       b[3].rem / 4,       op,
                        (uint32_t)x->ne[0], (uint32_t)x->ne[1], (uint32_t)x->ne[2], (uint32_t)x->ne[3],
-                       el(x->nb[1]), el(x->nb[2]), el(x->nb[3]), 0,
+                       el(x->nb[1]),       el(x->nb[2]),       el(x->nb[3]),       0,
                        (uint32_t)w->ne[0], (uint32_t)w->ne[1], (uint32_t)w->ne[2], (uint32_t)w->ne[3],
-                       el(w->nb[0]), el(w->nb[1]), el(w->nb[2]), el(w->nb[3]),
-                       el(n->nb[1]), el(n->nb[2]), el(n->nb[3])};
+                       el(w->nb[0]),       el(w->nb[1]),       el(w->nb[2]),       el(w->nb[3]),
+                       el(n->nb[1]),       el(n->nb[2]),       el(n->nb[3])};
     memcpy(&pc[23], &n->fp[0], 4);
     return kiln__vk_dispatch(c, KILN_VK_PIPE_NORM, b, pc, sizeof pc, (uint64_t)kiln__tensor_nrows(x), 1);
 }
@@ -204,26 +215,49 @@ static kiln_status record_softmax(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[16] = {b[0].rem / 4, b[3].rem / 4, 0, 0,
-                       (uint32_t)x->ne[0], (uint32_t)x->ne[1], (uint32_t)x->ne[2], (uint32_t)x->ne[3],
-                       el(x->nb[1]), el(x->nb[2]), el(x->nb[3]), 0,
-                       el(n->nb[1]), el(n->nb[2]), el(n->nb[3])};
+    uint32_t pc[16] = {b[0].rem / 4,
+                       b[3].rem / 4,
+                       0,
+                       0,
+                       (uint32_t)x->ne[0],
+                       (uint32_t)x->ne[1],
+                       (uint32_t)x->ne[2],
+                       (uint32_t)x->ne[3],
+                       el(x->nb[1]),
+                       el(x->nb[2]),
+                       el(x->nb[3]),
+                       0,
+                       el(n->nb[1]),
+                       el(n->nb[2]),
+                       el(n->nb[3])};
     memcpy(&pc[15], &n->fp[0], 4);
     return kiln__vk_dispatch(c, KILN_VK_PIPE_SOFTMAX, b, pc, sizeof pc, (uint64_t)kiln__tensor_nrows(x), 1);
 }
 
 static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2], *ts[KILN_VK_BINDINGS] = {x, pos, f, n};
+    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2],
+                      *ts[KILN_VK_BINDINGS] = {x, pos, f, n};
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[16] = {b[0].rem / 4, b[1].rem / 4, b[2].rem / 4, b[3].rem / 4,
-                       (uint32_t)x->ne[0], (uint32_t)x->ne[1], (uint32_t)x->ne[2], (uint32_t)n->ip[0],
-                       el(x->nb[1]), el(x->nb[2]), el(n->nb[1]), el(n->nb[2]),
-                       n->ip[1] == KILN_ROPE_NEOX, f != NULL};
+    uint32_t pc[16] = {b[0].rem / 4,
+                       b[1].rem / 4,
+                       b[2].rem / 4,
+                       b[3].rem / 4,
+                       (uint32_t)x->ne[0],
+                       (uint32_t)x->ne[1],
+                       (uint32_t)x->ne[2],
+                       (uint32_t)n->ip[0],
+                       el(x->nb[1]),
+                       el(x->nb[2]),
+                       el(n->nb[1]),
+                       el(n->nb[2]),
+                       n->ip[1] == KILN_ROPE_NEOX,
+                       f != NULL};
     memcpy(&pc[14], &n->fp[0], 4);
     memcpy(&pc[15], &n->fp[1], 4);
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_ROPE, b, pc, sizeof pc, ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_ROPE, b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
 }
 
 static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
@@ -232,11 +266,16 @@ static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[20] = {b[0].rem / 4, b[1].rem / 4, b[2].rem / 4, b[4].rem / 4,
-                       b[3].rem / 4, (uint32_t)q->ne[0], (uint32_t)q->ne[1], (uint32_t)q->ne[2],
-                       (uint32_t)k->ne[2], (uint32_t)(q->ne[1] / k->ne[1]), el(q->nb[1]), el(q->nb[2]),
-                       el(k->nb[1]), el(k->nb[2]), el(v->nb[1]), el(v->nb[2]),
-                       el(m->nb[1]), el(n->nb[1]), el(n->nb[2])};
+    uint32_t pc[20] = {b[0].rem / 4,       b[1].rem / 4,
+                       b[2].rem / 4,       b[4].rem / 4,
+                       b[3].rem / 4,       (uint32_t)q->ne[0],
+                       (uint32_t)q->ne[1], (uint32_t)q->ne[2],
+                       (uint32_t)k->ne[2], (uint32_t)(q->ne[1] / k->ne[1]),
+                       el(q->nb[1]),       el(q->nb[2]),
+                       el(k->nb[1]),       el(k->nb[2]),
+                       el(v->nb[1]),       el(v->nb[2]),
+                       el(m->nb[1]),       el(n->nb[1]),
+                       el(n->nb[2])};
     memcpy(&pc[19], &n->fp[0], 4);
     return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION, b, pc, sizeof pc, (uint64_t)(q->ne[1] * q->ne[2]), 1);
 }
@@ -246,9 +285,11 @@ static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[9] = {b[0].rem, (uint32_t)tab->nb[1], b[1].rem / 4, el(ids->nb[0]),
-                      b[3].rem / 4, el(n->nb[1]), (uint32_t)tab->ne[0], (uint32_t)ids->ne[0], (uint32_t)tab->ne[1]};
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_GET_ROWS + type_index(tab->type), b, pc, sizeof pc, (uint64_t)ids->ne[0], 1);
+    uint32_t pc[9] = {
+        b[0].rem,     (uint32_t)tab->nb[1], b[1].rem / 4,         el(ids->nb[0]),      b[3].rem / 4,
+        el(n->nb[1]), (uint32_t)tab->ne[0], (uint32_t)ids->ne[0], (uint32_t)tab->ne[1]};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_GET_ROWS + type_index(tab->type), b, pc, sizeof pc,
+                             (uint64_t)ids->ne[0], 1);
 }
 
 /* matmul and linear; a weight over the binding limit goes in row ranges, one dispatch each. */
@@ -269,15 +310,33 @@ static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
         int64_t rows = KILN__MIN(per, N - n0);
         size_t bytes = per == N ? span : (size_t)rows * w->nb[1];
         if ((s = kiln__vk_bind_range(c, w, (size_t)n0 * w->nb[1], bytes, &b[0]))) return s;
-        uint32_t pc[24] = {b[0].rem, b[1].rem / 4, b[3].rem / 4, b[2].rem / 4,
-                           (uint32_t)x->ne[0], (uint32_t)rows, (uint32_t)x->ne[1], (uint32_t)n0,
-                           (uint32_t)w->nb[1], (uint32_t)w->nb[2], (uint32_t)w->nb[3], (uint32_t)(x->ne[2] / w->ne[2]),
-                           el(x->nb[1]), el(x->nb[2]), el(x->nb[3]), (uint32_t)(x->ne[3] / w->ne[3]),
-                           el(n->nb[1]), el(n->nb[2]), el(n->nb[3]), (uint32_t)x->ne[2],
-                           0, act, bias != NULL, 0};
+        uint32_t pc[24] = {b[0].rem,
+                           b[1].rem / 4,
+                           b[3].rem / 4,
+                           b[2].rem / 4,
+                           (uint32_t)x->ne[0],
+                           (uint32_t)rows,
+                           (uint32_t)x->ne[1],
+                           (uint32_t)n0,
+                           (uint32_t)w->nb[1],
+                           (uint32_t)w->nb[2],
+                           (uint32_t)w->nb[3],
+                           (uint32_t)(x->ne[2] / w->ne[2]),
+                           el(x->nb[1]),
+                           el(x->nb[2]),
+                           el(x->nb[3]),
+                           (uint32_t)(x->ne[3] / w->ne[3]),
+                           el(n->nb[1]),
+                           el(n->nb[2]),
+                           el(n->nb[3]),
+                           (uint32_t)x->ne[2],
+                           0,
+                           act,
+                           bias != NULL,
+                           0};
         memcpy(&pc[20], &alpha, 4);
-        if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_MATMUL + type_index(w->type), b, pc, sizeof pc, (uint64_t)rows,
-                                   (uint32_t)cols)))
+        if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_MATMUL + type_index(w->type), b, pc, sizeof pc,
+                                   (uint64_t)rows, (uint32_t)cols)))
             return s;
     }
     return KILN_OK;
