@@ -10,8 +10,8 @@
  *   - greedy generation on "vulkan" against the public goldens of test_generate.c, and the logits against
  *     the CPU's within a tolerance;
  *   - forced fallbacks (an op refused, an allocation failing at start, no loader) give the CPU's output.
- * The fallbacks use the backend's test hooks, environment variables set by this test only
- * (KILN_VULKAN_REFUSE, KILN_VULKAN_FAIL_ALLOC, KILN_VULKAN_POOL, KILN_VULKAN_LOADER).
+ * The fallbacks and the pool comparison use the backend's test hooks (kiln__vulkan_set_test_hooks in
+ * backend.h: an op refused, an allocation failing, no pool, another loader library).
  */
 #include "harness.h"
 
@@ -487,9 +487,10 @@ static void the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool(v
     kiln_device_memory pooled, plain;
     if (skip()) return;
     workload(&pooled);
-    setenv("KILN_VULKAN_POOL", "0", 1);
+    const kiln_vulkan_test_hooks no_pool = {.no_pool = true};
+    kiln__vulkan_set_test_hooks(&no_pool);
     workload(&plain);
-    unsetenv("KILN_VULKAN_POOL");
+    kiln__vulkan_set_test_hooks(NULL);
     printf("  pool:    %llu device allocations, %llu requests, %llu reuses, %llu evictions, %llu bytes held, "
            "peak %llu bytes in use, weights %llu bytes\n",
            (unsigned long long)pooled.allocations, (unsigned long long)pooled.requests,
@@ -542,31 +543,36 @@ static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
 }
 
 /* With env set (name=value), a model on "vulkan" gives the golden ids; its backends and note checked. */
-static void fallback_case(const char *name, const char *value, const char *backends_prefix,
+/* With the test hooks h, a model on "vulkan" gives the golden ids; its backends and note checked. */
+static void fallback_case(const char *what, const kiln_vulkan_test_hooks *h, const char *backends_prefix,
                           const char *note) {
     golden g = {0};
     int32_t ids[256];
     kiln_model *m;
-    setenv(name, value, 1);
+    kiln__vulkan_set_test_hooks(h);
     m = load("vulkan");
-    unsetenv(name);
+    kiln__vulkan_set_test_hooks(NULL);
     if (!m) return;
     load_golden("\"once_upon_a_time_64\"", &g);
-    check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), name);
+    check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), what);
     if (strncmp(kiln_model_backends(m), backends_prefix, strlen(backends_prefix)))
-        harness_fail(__FILE__, __LINE__, "%s: backends '%s'", name, kiln_model_backends(m));
+        harness_fail(__FILE__, __LINE__, "%s: backends '%s'", what, kiln_model_backends(m));
     if (note && (!kiln_model_device_note(m) || !strstr(kiln_model_device_note(m), note)))
-        harness_fail(__FILE__, __LINE__, "%s: note '%s' lacks '%s'", name,
+        harness_fail(__FILE__, __LINE__, "%s: note '%s' lacks '%s'", what,
                      kiln_model_device_note(m) ? kiln_model_device_note(m) : "(none)", note);
     kiln_model_destroy(m);
 }
 
 static void forced_fallbacks_give_the_cpu_output(void) {
+    const kiln_vulkan_test_hooks refuse_matmul = {.refuse = KILN_OP_MATMUL};
+    const kiln_vulkan_test_hooks refuse_norm = {.refuse = KILN_OP_RMS_NORM_MUL};
+    const kiln_vulkan_test_hooks fail_first = {.fail_alloc = 1};
+    const kiln_vulkan_test_hooks no_loader = {.loader = "libkiln-no-such-loader.so.1"};
     if (skip()) return;
-    fallback_case("KILN_VULKAN_REFUSE", "matmul", "vulkan:0", NULL);
-    fallback_case("KILN_VULKAN_REFUSE", "rms_norm_mul", "vulkan:0", NULL);
-    fallback_case("KILN_VULKAN_FAIL_ALLOC", "1", "cpu", "injected by a test");
-    fallback_case("KILN_VULKAN_LOADER", "libkiln-no-such-loader.so.1", "cpu", "no Vulkan loader");
+    fallback_case("matmul refused", &refuse_matmul, "vulkan:0", NULL);
+    fallback_case("rms_norm_mul refused", &refuse_norm, "vulkan:0", NULL);
+    fallback_case("first allocation failing", &fail_first, "cpu", "injected by a test");
+    fallback_case("no loader", &no_loader, "cpu", "no Vulkan loader");
 }
 
 /* An allocation failing after start is a clean error of the decode that needed it, not a crash. Without
@@ -578,11 +584,10 @@ static void a_device_allocation_failing_later_is_a_clean_error(void) {
     const float *logits = NULL;
     int32_t tok = 1;
     if (skip()) return;
-    setenv("KILN_VULKAN_FAIL_ALLOC", "2", 1);
-    setenv("KILN_VULKAN_POOL", "0", 1);
+    const kiln_vulkan_test_hooks second_fails = {.fail_alloc = 2, .no_pool = true};
+    kiln__vulkan_set_test_hooks(&second_fails);
     m = load("vulkan");
-    unsetenv("KILN_VULKAN_FAIL_ALLOC");
-    unsetenv("KILN_VULKAN_POOL");
+    kiln__vulkan_set_test_hooks(NULL);
     if (!m) return;
     p.n_ctx = 64;
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));

@@ -64,6 +64,15 @@ kiln_status kiln__backend_compute_range(kiln_backend *b, kiln_graph *g, int32_t 
     return b->iface->compute(b, g, i0, i1);
 }
 
+static kiln_vulkan_test_hooks vulkan_hooks;
+
+void kiln__vulkan_set_test_hooks(const kiln_vulkan_test_hooks *hooks) {
+    memset(&vulkan_hooks, 0, sizeof vulkan_hooks);
+    if (hooks) vulkan_hooks = *hooks;
+}
+
+const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void) { return &vulkan_hooks; }
+
 const char *kiln__backend_describe(const kiln_backend *b) {
     return b->iface->describe ? b->iface->describe(b) : b->iface->name(b);
 }

@@ -91,6 +91,20 @@ kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op
  * a CPU device). KILN_E_UNSUPPORTED, with a message saying why, when Kiln was built without Vulkan, there
  * is no loader, or no such device: the engine then falls back to the CPU (src/backend/vulkan/). */
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out);
+/* Test hooks of the Vulkan backend (docs/vulkan.md): process-wide, read when a Vulkan backend (or the
+ * device list) starts. Only tests set them; the library reads no environment. Zeros: no hook. Not
+ * thread-safe: set them while no model loads. */
+typedef struct kiln_vulkan_test_hooks {
+    const char *loader;  /* the library to dlopen instead of libvulkan.so.1 (one that is missing: no loader) */
+    kiln_op refuse;      /* an op supports_op refuses (KILN_OP_NONE: none) */
+    int32_t fail_alloc;  /* the pool's N-th block allocation fails as out of device memory (1: the start-up
+                          * probe, so the device is dropped) */
+    bool no_pool;        /* every buffer its own vkAllocateMemory, freed at once (what the pool is measured
+                          * against) */
+} kiln_vulkan_test_hooks;
+void kiln__vulkan_set_test_hooks(const kiln_vulkan_test_hooks *hooks); /* NULL: none */
+const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void);
+
 /* How many compute calls of a Vulkan backend recorded a command buffer and how many replayed one (zeros
  * for any other backend). */
 void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed);

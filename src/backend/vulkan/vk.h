@@ -2,7 +2,7 @@
  * vk.h - the Vulkan backend's shared internals: the loader's function table, the device, its memory
  * pool, and the backend constructor (see docs/vulkan.md).
  *
- * Nothing links libvulkan. vk_loader.c dlopen()s libvulkan.so.1 (or $KILN_VULKAN_LOADER, a test hook),
+ * Nothing links libvulkan. vk_loader.c dlopen()s libvulkan.so.1 (or the library a test hook names),
  * takes vkGetInstanceProcAddr, and fills kiln_vk_fns with exactly the entry points listed below; device
  * functions come from vkGetDeviceProcAddr once a device exists. A missing loader or device is a
  * KILN_E_UNSUPPORTED status whose message says which, so the engine can fall back to the CPU.
@@ -86,7 +86,7 @@ typedef struct kiln_vk_loader {
     bool shared; /* a copy of the process-wide loader (vk_loader.c): close leaves the instance alone */
 } kiln_vk_loader;
 
-/* The loader with an instance (Vulkan 1.1): a copy of the process-wide one, or with $KILN_VULKAN_LOADER a
+/* The loader with an instance (Vulkan 1.1): a copy of the process-wide one, or with the loader test hook a
  * private one. KILN_E_UNSUPPORTED when there is no loader or it cannot make an instance; the message says
  * which. */
 kiln_status kiln__vk_open(kiln_vk_loader *l);

@@ -567,24 +567,17 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
     return KILN_OK;
 }
 
-/* The test hooks of docs/vulkan.md, read from the environment of the process that starts a backend:
- * KILN_VULKAN_REFUSE=OP (an op name as kiln graph prints it) makes supports_op refuse that op, and
- * KILN_VULKAN_FAIL_ALLOC=N makes the pool's N-th block allocation fail as out of device memory (1: the
- * start-up probe, so the device is dropped and the CPU runs everything), and KILN_VULKAN_POOL=0 turns the
- * pool off (every buffer its own vkAllocateMemory, freed at once: what the pool is measured against). */
+/* A backend with the test hooks of backend.h applied (kiln__vulkan_set_test_hooks; none unless a test set
+ * them), then a probe: one small buffer allocated and freed, so that a device without memory is dropped at
+ * start rather than failing every decode. */
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
-    kiln_vk_options o = {.device = device, .pooled = true, .refuse = KILN_OP_NONE};
-    const char *refuse = getenv("KILN_VULKAN_REFUSE"), *fail = getenv("KILN_VULKAN_FAIL_ALLOC");
-    const char *pool = getenv("KILN_VULKAN_POOL");
+    const kiln_vulkan_test_hooks *h = kiln__vulkan_test_hooks();
+    kiln_vk_options o = {.device = device, .pooled = !h->no_pool, .refuse = h->refuse};
     kiln_status s;
     uintptr_t probe;
-    for (int op = KILN_OP_NONE + 1; refuse && op < KILN_OP_COUNT; op++)
-        if (!strcmp(refuse, kiln__op_name((kiln_op)op))) o.refuse = (kiln_op)op;
-    if (pool && !strcmp(pool, "0")) o.pooled = false;
     if ((s = kiln__backend_vulkan_create_ex(&o, out))) return s;
     kiln_vk_ctx *c = (*out)->context;
-    if (fail && atoi(fail) > 0) kiln__vk_pool_fail_after(c->dev->pool, atoi(fail));
-    /* A device that cannot give memory now is better dropped at start than failing every decode. */
+    if (h->fail_alloc > 0) kiln__vk_pool_fail_after(c->dev->pool, h->fail_alloc);
     if ((s = kiln__vk_pool_alloc(c->dev->pool, 1, &probe))) {
         vk_destroy(*out);
         *out = NULL;

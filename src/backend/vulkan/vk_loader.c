@@ -1,9 +1,9 @@
 /*
  * vk_loader.c - the Vulkan loader opened at run time, the instance, and the device list of kiln.h.
  *
- * libvulkan.so.1 is dlopen()ed, never linked, so libkiln runs on machines without Vulkan. The library
- * name can be replaced by $KILN_VULKAN_LOADER: a test hook that names a library that does not exist to
- * check the fallback to the CPU. Every entry point goes through the table of vk.h.
+ * libvulkan.so.1 is dlopen()ed, never linked, so libkiln runs on machines without Vulkan. A test may name
+ * another library (kiln__vulkan_set_test_hooks in backend.h), one that does not exist, to check the
+ * fallback to the CPU. Every entry point goes through the table of vk.h.
  */
 #include "backend/vulkan/vk.h"
 
@@ -76,7 +76,7 @@ static kiln_status open_private(kiln_vk_loader *l, const char *name) {
 /* The process-wide loader and instance for libvulkan.so.1, made once and never destroyed: the Vulkan loader
  * unloads its drivers when the last instance goes, and a driver such as lavapipe (with its LLVM) does not
  * unload cleanly, so every backend and the device list share this one instance and make their own
- * VkDevice from it. A $KILN_VULKAN_LOADER other than the default (a test hook) gets a private instance. */
+ * VkDevice from it. A loader named by the test hook gets a private instance. */
 static struct {
     pthread_once_t once;
     kiln_vk_loader loader;
@@ -91,7 +91,7 @@ static void open_shared(void) {
 }
 
 kiln_status kiln__vk_open(kiln_vk_loader *l) {
-    const char *name = getenv("KILN_VULKAN_LOADER");
+    const char *name = kiln__vulkan_test_hooks()->loader;
     if (name && *name && strcmp(name, "libvulkan.so.1")) return open_private(l, name);
     pthread_once(&shared.once, open_shared);
     if (shared.status) {
