@@ -8,7 +8,7 @@
  *   - the pool's size-bucket reuse and least-recently-used eviction, by its counters;
  *   - the memory pool against no pool on a real workload (stories260K, a prefill and 64 decode steps);
  *   - greedy generation on "vulkan" against the public goldens of test_generate.c, and the logits against
- *     the CPU's within a tolerance;
+ *     the CPU's within a tolerance; the KV cache on the device, the whole decode one split;
  *   - forced fallbacks (an op refused, an allocation failing at start, no loader) give the CPU's output.
  * The fallbacks and the pool comparison use the backend's test hooks (kiln__vulkan_set_test_hooks in
  * backend.h: an op refused, an allocation failing, no pool, another loader library).
@@ -84,12 +84,15 @@ static kiln_model *load(const char *devices) {
 }
 
 /* Greedy from the prompt to n_total ids; the first step's logits go to first_logits (may be NULL). */
+static const char *greedy_passes; /* the graph passes of greedy's contexts (NULL: all) */
+
 static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *out, float *first_logits) {
     kiln_ctx_params p = harness_ctx_params();
     kiln_ctx *ctx = NULL;
     const float *logits = NULL;
     size_t n = g->n_prompt;
     p.n_ctx = 256;
+    p.passes = greedy_passes;
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     if (!ctx) return 0;
     memcpy(out, g->prompt, g->n_prompt * sizeof *out);
@@ -563,6 +566,21 @@ static void fallback_case(const char *what, const kiln_vulkan_test_hooks *h, con
     kiln_model_destroy(m);
 }
 
+/* Without the passes attention is plain ops (matmul over a permuted cache view, cont, softmax), all of
+ * which the device must run since the cache lives there; the goldens still hold. */
+static void the_goldens_hold_on_vulkan_without_the_graph_passes(void) {
+    golden g = {0};
+    int32_t ids[256];
+    kiln_model *m;
+    if (skip()) return;
+    m = load("vulkan");
+    load_golden("\"once_upon_a_time_64\"", &g);
+    greedy_passes = "none";
+    if (m) check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), "passes none");
+    greedy_passes = NULL;
+    kiln_model_destroy(m);
+}
+
 static void forced_fallbacks_give_the_cpu_output(void) {
     const kiln_vulkan_test_hooks refuse_matmul = {.refuse = KILN_OP_MATMUL};
     const kiln_vulkan_test_hooks refuse_norm = {.refuse = KILN_OP_RMS_NORM_MUL};
@@ -575,28 +593,75 @@ static void forced_fallbacks_give_the_cpu_output(void) {
     fallback_case("no loader", &no_loader, "cpu", "no Vulkan loader");
 }
 
-/* An allocation failing after start is a clean error of the decode that needed it, not a crash. Without
- * the pool every buffer is a block of its own, so the second block is the first buffer a decode asks for. */
+/* An allocation failing after start is a clean error of the call that needed it, not a crash. Without the
+ * pool every buffer is a block of its own: block 1 is the start-up probe, block 2 the context's KV cache
+ * (it lives on the device), block 3 the first buffer a decode asks for. */
 static void a_device_allocation_failing_later_is_a_clean_error(void) {
-    kiln_model *m;
-    kiln_ctx *ctx = NULL;
+    for (int32_t failing = 2; failing <= 3; failing++) {
+        kiln_model *m;
+        kiln_ctx *ctx = NULL;
+        kiln_ctx_params p = harness_ctx_params();
+        const float *logits = NULL;
+        int32_t tok = 1;
+        const kiln_vulkan_test_hooks hooks = {.fail_alloc = failing, .no_pool = true};
+        if (skip()) return;
+        kiln__vulkan_set_test_hooks(&hooks);
+        m = load("vulkan");
+        kiln__vulkan_set_test_hooks(NULL);
+        if (!m) return;
+        p.n_ctx = 64;
+        if (failing == 2) {
+            CHECK_STATUS(kiln_ctx_create(m, &p, &ctx), KILN_E_NOMEM);
+            CHECK_ERROR_MENTIONS("vkAllocateMemory");
+            CHECK(ctx == NULL);
+        } else {
+            CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+            if (ctx) CHECK_STATUS(kiln_ctx_decode(ctx, &tok, 1, &logits), KILN_E_NOMEM);
+            if (ctx) CHECK_ERROR_MENTIONS("vkAllocateMemory");
+        }
+        kiln_ctx_destroy(ctx);
+        kiln_model_destroy(m);
+    }
+}
+
+/* With the cache on the device the whole decode graph is one split on it; an op that touches the cache
+ * refused (attention) puts the cache back on the CPU. The schedule is read from the context's log. */
+static char schedule_line[512];
+
+static void keep_schedule(void *user, const char *line) {
+    (void)user;
+    if (!strncmp(line, "schedule: ", 10)) snprintf(schedule_line, sizeof schedule_line, "%s", line);
+}
+
+static void schedule_of_one_decode(const kiln_vulkan_test_hooks *h, char *out, size_t cap) {
     kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    kiln_model *m;
     const float *logits = NULL;
     int32_t tok = 1;
-    if (skip()) return;
-    const kiln_vulkan_test_hooks second_fails = {.fail_alloc = 2, .no_pool = true};
-    kiln__vulkan_set_test_hooks(&second_fails);
+    kiln__vulkan_set_test_hooks(h);
     m = load("vulkan");
     kiln__vulkan_set_test_hooks(NULL);
-    if (!m) return;
+    schedule_line[0] = '\0';
     p.n_ctx = 64;
-    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
-    if (ctx) {
-        CHECK_STATUS(kiln_ctx_decode(ctx, &tok, 1, &logits), KILN_E_NOMEM);
-        CHECK_ERROR_MENTIONS("vkAllocateMemory");
-    }
+    p.log = keep_schedule;
+    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (ctx) CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
+    snprintf(out, cap, "%s", schedule_line);
     kiln_ctx_destroy(ctx);
     kiln_model_destroy(m);
+}
+
+static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(void) {
+    const kiln_vulkan_test_hooks refuse_attention = {.refuse = KILN_OP_ATTENTION};
+    char line[512];
+    if (skip()) return;
+    schedule_of_one_decode(NULL, line, sizeof line);
+    if (!strstr(line, "schedule: 1 splits") || !strstr(line, "cpu 0 bytes"))
+        harness_fail(__FILE__, __LINE__, "cache on the device: '%s'", line);
+    schedule_of_one_decode(&refuse_attention, line, sizeof line);
+    if (strstr(line, "schedule: 1 splits") || !strstr(line, "schedule: "))
+        harness_fail(__FILE__, __LINE__, "attention refused: '%s'", line);
 }
 
 int main(void) {
@@ -611,7 +676,9 @@ int main(void) {
     RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);
     RUN(the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool);
     RUN(greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits);
+    RUN(the_goldens_hold_on_vulkan_without_the_graph_passes);
     RUN(forced_fallbacks_give_the_cpu_output);
     RUN(a_device_allocation_failing_later_is_a_clean_error);
+    RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
     return harness_finish();
 }

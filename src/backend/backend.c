@@ -15,6 +15,14 @@ bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node) {
     return b->iface->supports_op(b, node);
 }
 
+bool kiln__backend_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells) {
+    return b->iface->holds_kv ? b->iface->holds_kv(b, type, row_bytes, n_cells) : false;
+}
+
+bool kiln__backend_owns(const kiln_backend *b, const void *data) {
+    return b->iface->owns ? b->iface->owns(b, data) : false;
+}
+
 bool kiln__backend_is_host(const kiln_backend *b) { return b->iface->is_host ? b->iface->is_host(b) : false; }
 
 size_t kiln__backend_alignment(const kiln_backend *b) {

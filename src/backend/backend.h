@@ -31,6 +31,11 @@
  *   destroy       releases the backend
  *   memory        optional: what it prepared (repacked weights); the wrapper reports zeros without it
  *   describe      optional: the name with the device it runs on, for kiln_model_backends
+ *   holds_kv      optional: whether a context's KV cache of this type, n_cells cells of row_bytes each, may
+ *                 live in its buffers: then it must run every node that reads or writes the cache, for
+ *                 every graph of that context (default: false; the CPU holds the cache)
+ *   owns          optional: whether data points into one of its buffers (default: false); the scheduler
+ *                 asks it of KV-cache leaves to find where the cache lives
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -66,6 +71,8 @@ typedef struct kiln_backend_iface {
     void (*destroy)(kiln_backend *b);
     void (*memory)(const kiln_backend *b, kiln_backend_memory *out); /* optional: nothing prepared */
     const char *(*describe)(const kiln_backend *b); /* optional: a longer name (default: name) */
+    bool (*holds_kv)(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);
+    bool (*owns)(const kiln_backend *b, const void *data);
 } kiln_backend_iface;
 
 struct kiln_backend {
@@ -135,6 +142,8 @@ void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user);
 
 const char *kiln__backend_name(const kiln_backend *b);
+bool kiln__backend_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);
+bool kiln__backend_owns(const kiln_backend *b, const void *data);
 bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node);
 bool kiln__backend_is_host(const kiln_backend *b);
 size_t kiln__backend_alignment(const kiln_backend *b);

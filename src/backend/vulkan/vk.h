@@ -205,6 +205,7 @@ enum {
     KILN_VK_PIPE_SOFTMAX,
     KILN_VK_PIPE_ROPE,
     KILN_VK_PIPE_ATTENTION,
+    KILN_VK_PIPE_CACHE_WRITE,
     KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + 4, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + 4,
@@ -276,4 +277,8 @@ size_t kiln__vk_span(const kiln_tensor *t);
 
 /* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);
+/* Whether a KV cache of this type and size may live on the device: F32 rows, C <= 4096 cells (the
+ * attention kernel's shared memory), each layer's cache within one binding, and neither cache_write nor
+ * attention refused. */
+bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells);
 kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *node);

@@ -47,6 +47,16 @@ static bool vk_supports_op(const kiln_backend *b, const kiln_tensor *node) {
     return kiln__vk_supports(b->context, node);
 }
 
+static bool vk_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells) {
+    return kiln__vk_holds_kv(b->context, type, row_bytes, n_cells);
+}
+
+static bool vk_owns(const kiln_backend *b, const void *data) {
+    const kiln_vk_ctx *c = b->context;
+    kiln_vk_span sp;
+    return kiln__vk_pool_resolve(c->dev->pool, (uintptr_t)data, &sp);
+}
+
 static size_t vk_alignment(const kiln_backend *b) {
     (void)b;
     return KILN_BACKEND_ALIGN;
@@ -458,6 +468,8 @@ static const kiln_backend_iface vk_iface = {
     .destroy = vk_destroy,
     .memory = vk_memory,
     .describe = vk_describe,
+    .holds_kv = vk_holds_kv,
+    .owns = vk_owns,
 };
 
 /* ---- Pipelines ---- */
@@ -525,7 +537,8 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
         (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)))
+        (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE, "cache_write", -1)))
         return s;
     for (int32_t t = 0; t < 4; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||

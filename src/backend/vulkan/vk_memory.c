@@ -10,8 +10,9 @@
  * freed buffers are released (an "eviction"), and a block left empty by a release is freed. When a block
  * cannot be allocated the whole cache is released and the allocation is tried once more.
  *
- * Addresses: a buffer's opaque address (the kiln_buffer base) is (block + 1) << ADDR_SHIFT | offset, so a
- * tensor's data = base + offset resolves to a block and a byte offset in O(1).
+ * Addresses: a buffer's opaque address (the kiln_buffer base) is ADDR_TAG | (block + 1) << ADDR_SHIFT |
+ * offset, so a tensor's data = base + offset resolves to a block and a byte offset in O(1), and a host
+ * pointer (below 2^47) never resolves.
  */
 #include "backend/vulkan/vk.h"
 
@@ -21,6 +22,10 @@
 
 #define ADDR_SHIFT 40
 #define ADDR_MASK (((uintptr_t)1 << ADDR_SHIFT) - 1)
+#define ADDR_TAG ((uintptr_t)1 << 62) /* above every user-space pointer: a host address never resolves */
+#define MAX_BLOCKS (((uintptr_t)1 << (62 - ADDR_SHIFT)) - 1)
+
+_Static_assert(sizeof(uintptr_t) == 8, "the pool's addresses need 64-bit pointers");
 #define BLOCK_BYTES ((size_t)64 << 20)
 #define CACHE_LIMIT ((uint64_t)256 << 20)
 #define GRAIN 256 /* sizes and offsets inside a block are multiples of this */
@@ -103,8 +108,7 @@ static kiln_status block_new(kiln_vk_pool *p, VkDeviceSize size, int32_t *out) {
         p->blocks = nb;
         memset(&p->blocks[p->n_blocks++], 0, sizeof *nb);
     }
-    if ((uintptr_t)i + 1 >= ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - ADDR_SHIFT)))
-        return kiln__error(KILN_E_RANGE, "vulkan pool: too many blocks");
+    if ((uintptr_t)i + 1 > MAX_BLOCKS) return kiln__error(KILN_E_RANGE, "vulkan pool: too many blocks");
     b = &p->blocks[i];
     if (p->fail_after > 0 && --p->fail_after == 0)
         return kiln__error(KILN_E_NOMEM, "vulkan: vkAllocateMemory of %llu bytes failed (injected by a test)",
@@ -192,7 +196,7 @@ static void block_give(kiln_vk_pool *p, int32_t bi, VkDeviceSize offset, VkDevic
 }
 
 static void release(kiln_vk_pool *p, uintptr_t addr, VkDeviceSize size) {
-    block_give(p, (int32_t)((addr >> ADDR_SHIFT) - 1), addr & ADDR_MASK, size);
+    block_give(p, (int32_t)(((addr & ~ADDR_TAG) >> ADDR_SHIFT) - 1), addr & ADDR_MASK, size);
 }
 
 /* Release cached buffers, least recently freed first, until the cache holds at most limit bytes. */
@@ -248,7 +252,7 @@ static kiln_status carve(kiln_vk_pool *p, VkDeviceSize size, uintptr_t *addr) {
         }
         block_take(&p->blocks[bi], size, &offset);
     }
-    *addr = ((uintptr_t)(bi + 1) << ADDR_SHIFT) | (uintptr_t)offset;
+    *addr = ADDR_TAG | ((uintptr_t)(bi + 1) << ADDR_SHIFT) | (uintptr_t)offset;
     return KILN_OK;
 }
 
@@ -306,9 +310,9 @@ void kiln__vk_pool_free(kiln_vk_pool *p, uintptr_t addr) {
 }
 
 bool kiln__vk_pool_resolve(const kiln_vk_pool *p, uintptr_t addr, kiln_vk_span *out) {
-    uintptr_t hi = addr >> ADDR_SHIFT;
+    uintptr_t hi = (addr & ~ADDR_TAG) >> ADDR_SHIFT;
     const vk_block *b;
-    if (hi == 0 || hi > (uintptr_t)p->n_blocks) return false;
+    if (!(addr & ADDR_TAG) || hi == 0 || hi > (uintptr_t)p->n_blocks) return false;
     b = &p->blocks[hi - 1];
     if (!b->mem || (addr & ADDR_MASK) >= b->size) return false;
     out->buffer = b->buf;

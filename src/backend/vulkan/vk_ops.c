@@ -14,10 +14,12 @@
  *                                  scores sit in shared memory); not F16/Q8_0 cache rows
  *   add, mul, add_act, swiglu      F32, any strides, the second broadcast
  *   scale, silu, gelu, relu, tanh, cont   F32, any strides
+ *   cache_write                    x F32 [W, T] (any strides) into an F32 cache [W, C], idx I32
  * Every tensor a kernel reads or writes (but a row-ranged weight) must span at most
- * maxStorageBufferRange bytes, and every count and stride fit in 32 bits. Nodes that touch the KV cache
- * (cache_write, attention over the cache) never reach here: the scheduler keeps them on the CPU, which
- * holds the caches.
+ * maxStorageBufferRange bytes, and every count and stride fit in 32 bits. A context's KV cache lives on
+ * the device when kiln__vk_holds_kv says so (F32, C <= 4096); the scheduler then runs every node that
+ * touches it here, so these kernels must cover all of them: cache_write, attention, and for the unfused
+ * form matmul over a permuted cache view and cont of one.
  */
 #include "backend/vulkan/vk.h"
 
@@ -109,6 +111,12 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
         return weight_type(a->type) && rows_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 &&
                fits(c, a, true) && b->type == KILN_TYPE_I32 && b->ne[1] == 1 && b->ne[2] == 1 &&
                b->ne[3] == 1 && fits(c, b, true);
+    case KILN_OP_CACHE_WRITE: {
+        const kiln_tensor *cache = n->src[1], *idx = n->src[2];
+        return is_f32(a) && is_f32(cache) && kiln__tensor_is_contiguous(cache) && a->ne[0] == cache->ne[0] &&
+               a->ne[2] == 1 && a->ne[3] == 1 && fits(c, a, true) && idx->type == KILN_TYPE_I32 &&
+               idx->nb[0] == 4 && fits(c, idx, true);
+    }
     case KILN_OP_ATTENTION: {
         const kiln_tensor *k = n->src[1], *v = n->src[2], *m = n->src[3];
         return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 &&
@@ -280,6 +288,25 @@ static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
     return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION, b, pc, sizeof pc, (uint64_t)(q->ne[1] * q->ne[2]), 1);
 }
 
+static kiln_status record_cache_write(kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *x = n->src[0], *idx = n->src[2], *ts[KILN_VK_BINDINGS] = {x, idx, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_status s;
+    if ((s = bind_all(c, ts, b))) return s;
+    uint32_t pc[9] = {b[0].rem / 4,       b[1].rem / 4,       b[3].rem / 4,        (uint32_t)x->ne[0],
+                      (uint32_t)x->ne[1], (uint32_t)n->ne[1], el(x->nb[0]),         el(x->nb[1]),
+                      el(idx->nb[0])};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_CACHE_WRITE, b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
+}
+
+bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells) {
+    size_t bytes;
+    return type == KILN_TYPE_F32 && n_cells > 0 && n_cells <= 4096 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
+           c->opt.refuse != KILN_OP_ATTENTION && !kiln__mul_overflow_size(row_bytes, (size_t)n_cells, &bytes) &&
+           bytes + c->dev->min_offset <= c->dev->max_range;
+}
+
 static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *tab = n->src[0], *ids = n->src[1], *ts[KILN_VK_BINDINGS] = {tab, ids, NULL, n};
     kiln_vk_bind b[KILN_VK_BINDINGS];
@@ -360,6 +387,7 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_SOFTMAX: return record_softmax(c, n);
     case KILN_OP_ROPE: return record_rope(c, n);
     case KILN_OP_ATTENTION: return record_attention(c, n);
+    case KILN_OP_CACHE_WRITE: return record_cache_write(c, n);
     case KILN_OP_GET_ROWS: return record_get_rows(c, n);
     case KILN_OP_MATMUL:
     case KILN_OP_LINEAR: return record_matmul(c, n);
