@@ -6,8 +6,8 @@
  * alone's. Each run also checks that the backend under test took the node (one split, on it), so a
  * silent fallback to the CPU cannot pass.
  *
- * Attention runs on a device here because its k and v are plain inputs; in a model they are KV-cache
- * views, which the scheduler keeps on the CPU.
+ * Attention here reads plain k and v inputs; in a model it reads KV-cache views (test_vulkan.c covers
+ * that end to end, with the cache on the device).
  *
  * Backends: cpu-restricted (the CPU's own kernels: bit-exact), and vulkan:0 when a Vulkan device exists
  * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
