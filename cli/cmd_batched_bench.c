@@ -37,6 +37,10 @@ static const char batched_bench_help[] =
     "  -t, --threads N       threads (default: the physical cores)\n"
     "      --devices LIST    backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the\n"
     "                        CPU is always last (default: cpu)\n"
+    "      --device D        where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
+    "                        CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
+    "                        included); default $KILN_DEVICE, else cpu. The CPU runs whatever the device\n"
+    "                        cannot\n"
     "      --cpu LEVEL       CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                        $KILN_CPU)\n"
     "      --json            one JSON object per case (llama-batched-bench's jsonl fields) instead of\n"
@@ -180,7 +184,7 @@ static void print_header(const bb_options *o, const kiln_ctx *ctx, int32_t n_thr
     printf("\nkiln batched-bench: n_kv_max = %d, n_batch = %d, n_seq_max = %d, n_threads = %d, devices = %s,"
            " cpu = %s\n\n",
            kiln_ctx_n_ctx(ctx), kiln_ctx_n_batch(ctx), kiln_ctx_n_seq_max(ctx), n_threads,
-           o->engine.devices && *o->engine.devices ? o->engine.devices : "cpu", kiln_get_cpu_level());
+           cli_engine_devices(&o->engine) ? cli_engine_devices(&o->engine) : "cpu", kiln_get_cpu_level());
     printf("|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |\n", "PP", "TG", "B", "N_KV",
            "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
     printf("|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|\n", "------", "------", "----",

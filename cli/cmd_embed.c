@@ -26,6 +26,7 @@ static const char embed_help[] =
     "      --pooling NAME     mean, cls or last instead of the model's pooling\n"
     "  -t, --threads N        worker threads (default: the physical cores)\n"
     "      --devices LIST     backends in priority order (default: cpu)\n"
+    "      --device D         auto, cpu or vulkan[:N] (default $KILN_DEVICE, else cpu; docs/vulkan.md)\n"
     "      --cpu LEVEL        CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                         $KILN_CPU)\n"
     "  -v, --verbose          print the runtime's log to stderr\n"

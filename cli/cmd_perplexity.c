@@ -34,6 +34,10 @@ static const char perplexity_help[] =
     "  -t, --threads N     threads (default: the physical cores)\n"
     "      --devices LIST  backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the CPU is\n"
     "                      always last (default: cpu)\n"
+    "      --device D      where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
+    "                      CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
+    "                      included); default $KILN_DEVICE, else cpu. The CPU runs whatever the device\n"
+    "                      cannot\n"
     "      --cpu LEVEL     CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                      $KILN_CPU)\n"
     "  -h, --help          this text\n";

@@ -26,6 +26,10 @@ static const char run_help[] =
     "  -t, --threads N        worker threads (default: the physical cores)\n"
     "      --devices LIST     backends in priority order, e.g. cpu-restricted:matmul+linear@8,cpu; the CPU\n"
     "                         is always last (default: cpu)\n"
+    "      --device D         where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
+    "                         CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
+    "                         included); default $KILN_DEVICE, else cpu. The CPU runs whatever the\n"
+    "                         device cannot\n"
     "      --cpu LEVEL        CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                         $KILN_CPU)\n"
     "      --kv-type T        KV-cache type: f32 (default), f16 or q8_0\n"
@@ -142,6 +146,19 @@ static void write_piece(kiln_str piece) {
 
 /* The plans the run uses: the prompt's batches (at most n_batch tokens, the last token's logits) and the
  * one-token decode step. */
+/* The device backends' memory pool figures (docs/vulkan.md), when a device ran. */
+static void print_device_memory(const kiln_model *m) {
+    kiln_model_memory mm;
+    if (kiln_model_memory_info(m, &mm) || mm.device.requests == 0) return;
+    fprintf(stderr,
+            "kiln: device memory: %llu allocations, %llu frees, %llu buffers asked, %llu reused, %llu evicted; "
+            "%.1f MiB held, peak %.2f MiB in use, weights %.2f MiB\n",
+            (unsigned long long)mm.device.allocations, (unsigned long long)mm.device.frees,
+            (unsigned long long)mm.device.requests, (unsigned long long)mm.device.reuses,
+            (unsigned long long)mm.device.evictions, (double)mm.device.bytes / 1048576.0,
+            (double)mm.device.peak_bytes / 1048576.0, (double)mm.device.weight_bytes / 1048576.0);
+}
+
 static int print_plans(generation *g) {
     int32_t n_batch = kiln_ctx_n_batch(g->ctx);
     int32_t first = (int64_t)g->n_prompt < n_batch ? (int32_t)g->n_prompt : n_batch;
@@ -227,6 +244,7 @@ int cmd_run(int argc, char **argv) {
                 t_load * 1e3, g.n_prompt, t_prompt > 0 ? (double)g.n_prompt / t_prompt : 0.0, n_gen,
                 t_gen > 0 ? (double)n_gen / t_gen : 0.0);
     }
+    if (!rc && o.engine.verbose) print_device_memory(g.model);
     generation_free(&g);
     free(o.prompt_buf);
     return rc;

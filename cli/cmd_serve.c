@@ -35,6 +35,10 @@ static const char serve_help[] =
     "      --grace S           seconds running requests get to finish after SIGTERM (default 10)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --devices LIST      backends in priority order, comma-separated (default: cpu)\n"
+    "      --device D          where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
+    "                          CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
+    "                          included); default $KILN_DEVICE, else cpu. The CPU runs whatever the\n"
+    "                          device cannot\n"
     "      --cpu LEVEL         CPU kernel level (default: $KILN_CPU, else the best this CPU has)\n"
     "      --verbose           log the engine's steps to stderr\n"
     "  -h, --help              this text\n";
@@ -130,7 +134,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!o.p.model_path) o.p.model_path = cli_default_model();
     o.p.n_threads = (int32_t)o.engine.n_threads;
-    o.p.devices = o.engine.devices;
+    o.p.devices = cli_engine_devices(&o.engine);
     int rc = ks_server_run(&o.p);
     free(key);
     return rc == 0 ? CLI_OK : CLI_FAIL;

@@ -157,12 +157,34 @@ bool cli_arg_int_list(const char *cmd, int argc, char **argv, int *i, long lo, l
 
 /* ---- the engine options ---- */
 
+static bool cli_device_valid(const char *d) {
+    if (!strcmp(d, "auto") || !strcmp(d, "cpu") || !strcmp(d, "vulkan")) return true;
+    if (strncmp(d, "vulkan:", 7) || !d[7]) return false;
+    for (const char *p = d + 7; *p; p++)
+        if (*p < '0' || *p > '9') return false;
+    return strlen(d + 7) <= 4;
+}
+
+const char *cli_engine_devices(const cli_engine *e) {
+    const char *d = e->device;
+    if (e->devices) return e->devices;
+    if (!d) d = getenv("KILN_DEVICE");
+    if (!d || !*d || !strcmp(d, "cpu") || !cli_device_valid(d)) return NULL;
+    return d;
+}
+
 bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *e, bool *ok) {
     const char *a = argv[*i];
     if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
         *ok = cli_arg_int(cmd, argc, argv, i, 1, 1024, &e->n_threads);
     else if (!strcmp(a, "--devices"))
         *ok = cli_arg_str(cmd, argc, argv, i, &e->devices);
+    else if (!strcmp(a, "--device")) {
+        if ((*ok = cli_arg_str(cmd, argc, argv, i, &e->device)) && !cli_device_valid(e->device)) {
+            cli_usage_error(cmd, "option --device: '%s' is not auto, cpu, vulkan or vulkan:N", e->device);
+            *ok = false;
+        }
+    }
     else if (!strcmp(a, "--cpu"))
         *ok = cli_arg_str(cmd, argc, argv, i, &e->cpu);
     else
@@ -212,7 +234,12 @@ int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const
     if (level && *level && (s = kiln_set_cpu_level(level)))
         return cli_usage_error(cmd, "%s %s: %s", from, level, kiln_last_error());
     mp.n_threads = (int32_t)e->n_threads;
-    mp.devices = e->devices;
+    if (e->devices && e->device)
+        return cli_usage_error(cmd, "--devices and --device are exclusive (--devices LIST names the whole list)");
+    if (!e->devices && !e->device && getenv("KILN_DEVICE") && *getenv("KILN_DEVICE") &&
+        !cli_device_valid(getenv("KILN_DEVICE")))
+        return cli_usage_error(cmd, "KILN_DEVICE='%s' is not auto, cpu, vulkan or vulkan:N", getenv("KILN_DEVICE"));
+    mp.devices = cli_engine_devices(e);
     if (isatty(STDERR_FILENO)) {
         mp.progress = draw_progress;
         mp.progress_user = &weights_bar;
@@ -222,7 +249,10 @@ int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const
         fputc('\n', stderr);
         weights_bar.open = false;
     }
-    return s ? cli_fail(cmd, s, what) : CLI_OK;
+    if (s) return cli_fail(cmd, s, what);
+    if (kiln_model_device_note(*out)) fprintf(stderr, "kiln %s: note: %s\n", cmd, kiln_model_device_note(*out));
+    if (e->verbose) fprintf(stderr, "kiln: backends: %s\n", kiln_model_backends(*out));
+    return CLI_OK;
 }
 
 kiln_ctx_params cli_ctx_params(const cli_engine *e) {

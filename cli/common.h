@@ -58,15 +58,21 @@ int cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
 /* Options shared by the commands that run a model. Zero-initialized means every default. */
 typedef struct cli_engine {
     long n_threads;      /* -t, --threads; 0 = kiln_default_threads() */
-    const char *devices; /* --devices LIST; NULL = the CPU alone */
+    const char *devices; /* --devices LIST; NULL = --device, else the CPU alone */
+    const char *device;  /* --device auto|cpu|vulkan[:N]; NULL = $KILN_DEVICE, else cpu */
     const char *cpu;     /* --cpu LEVEL; NULL = $KILN_CPU, else the best level of this CPU */
     const char *passes;  /* --passes LIST; NULL = $KILN_PASSES, else all */
     bool verbose;        /* the runtime's log lines go to stderr, prefixed "kiln: " */
 } cli_engine;
 
-/* If argv[*i] is -t/--threads, --devices or --cpu, parse its value into e and return true, with *ok
- * false when the value was malformed (already reported). Returns false for any other option. */
+/* If argv[*i] is -t/--threads, --devices, --device or --cpu, parse its value into e and return true, with
+ * *ok false when the value was malformed (already reported). Returns false for any other option. */
 bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *e, bool *ok);
+
+/* The device list kiln_model_params gets: --devices LIST, else --device (else $KILN_DEVICE) mapped to a
+ * list ("cpu" -> NULL; "auto", "vulkan", "vulkan:N" as they are). NULL for the CPU alone. */
+const char *cli_engine_devices(const cli_engine *e);
+
 
 /* Set the CPU kernel level (--cpu, else $KILN_CPU), then load the model with e's threads and devices,
  * drawing a progress bar on stderr while weights are prepared when stderr is a terminal. Returns CLI_OK,
@@ -89,6 +95,7 @@ bool cli_arg_int_list(const char *cmd, int argc, char **argv, int *i, long lo, l
                       int *n);
 
 int cmd_run(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_chat(int argc, char **argv);

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"graph", cmd_graph, "print the forward graph before and after the passes (text or DOT)"},
     {"serve", cmd_serve, "serve a model over HTTP with OpenAI's API (chat, completions, streaming)"},
     {"synth", cmd_synth, "write a random-weight llama GGUF of a real model's shape"},
+    {"devices", cmd_devices, "list the compute devices: the CPU and each Vulkan device with its features"},
 };
 
 static void usage(FILE *out) {

@@ -457,9 +457,14 @@ typedef struct kiln_model_params {
     const char *devices;     /* backends in priority order, comma-separated; NULL or "" = "cpu". Each
                               * entry is NAME or NAME@N, where N is the smallest batch (tokens) for which
                               * the backend takes a node (the cost rule); "cpu" is appended when absent.
-                              * Names: "cpu"; "cpu-restricted:OP+OP+..." a second CPU backend with its own
+                              * Names: "cpu"; "vulkan" (Vulkan device 0 of kiln_device_get, a CPU device
+                              * such as lavapipe included) or "vulkan:N" (device N); "auto" (the first
+                              * discrete or integrated GPU, never a CPU device; nothing when there is
+                              * none); "cpu-restricted:OP+OP+..." a second CPU backend with its own
                               * buffers that runs only the listed ops (op names as kiln graph prints them),
-                              * for testing the scheduler without a GPU. */
+                              * for testing the scheduler without a GPU. A Vulkan entry whose loader or
+                              * device is missing is dropped and the CPU runs its nodes: the model loads,
+                              * and kiln_model_device_note says why (docs/vulkan.md). */
     kiln_progress_fn progress; /* weight preparation progress, or NULL */
     void *progress_user;
 } kiln_model_params;
@@ -500,6 +505,19 @@ bool kiln_model_is_causal(const kiln_model *model);
 uint64_t kiln_model_weight_bytes(const kiln_model *model);
 int32_t kiln_model_n_threads(const kiln_model *model);
 
+/* A device backend's memory pool (docs/vulkan.md): blocks from the driver, sub-allocated, and freed
+ * buffers kept in size buckets for reuse. */
+typedef struct kiln_device_memory {
+    uint64_t allocations; /* device allocations made (vkAllocateMemory of a block) */
+    uint64_t frees;       /* blocks given back to the driver */
+    uint64_t requests;    /* buffers asked of the pool (arenas, weights) */
+    uint64_t reuses;      /* requests served by a freed buffer of the same size bucket */
+    uint64_t evictions;   /* freed buffers released, least recently used first, to bound the cache */
+    uint64_t bytes;       /* device memory held now */
+    uint64_t peak_bytes;  /* the most bytes of buffers in use at once */
+    uint64_t weight_bytes; /* of that, weights uploaded */
+} kiln_device_memory;
+
 /* What a model holds beyond the mapped file, shared by all its contexts. */
 typedef struct kiln_model_memory {
     uint64_t file_bytes;     /* size of the GGUF file */
@@ -507,9 +525,58 @@ typedef struct kiln_model_memory {
     uint64_t prepared_bytes; /* their bytes */
     uint64_t released_bytes; /* mapped file bytes handed back to the kernel after their weight was prepared */
     uint64_t const_bytes;    /* constants made by graph passes (merged weights that were not adjacent) */
+    kiln_device_memory device; /* the device backends' memory pools, summed (zeros on the CPU alone) */
 } kiln_model_memory;
 
 kiln_status kiln_model_memory_info(const kiln_model *model, kiln_model_memory *out);
+
+/* The backends a model runs on, in priority order, as "vulkan:0 (llvmpipe ...),cpu"; valid while the
+ * model lives. */
+const char *kiln_model_backends(const kiln_model *model);
+/* Why a device named in kiln_model_params.devices was dropped (one line, e.g. "vulkan: no Vulkan loader
+ * (libvulkan.so.1: cannot open shared object file); its nodes run on the CPU"), or NULL when every device
+ * started. Valid while the model lives. */
+const char *kiln_model_device_note(const kiln_model *model);
+
+/* ---- Compute devices ----
+ * The Vulkan physical devices the backend can use (docs/vulkan.md). The list is read once per process;
+ * it is empty when Kiln was built without Vulkan or no loader or device is present, and then
+ * kiln_devices_note says why. */
+typedef enum kiln_device_type {
+    KILN_DEVICE_OTHER = 0,
+    KILN_DEVICE_INTEGRATED_GPU = 1,
+    KILN_DEVICE_DISCRETE_GPU = 2,
+    KILN_DEVICE_VIRTUAL_GPU = 3,
+    KILN_DEVICE_CPU = 4, /* a software rasterizer such as Mesa's lavapipe: "auto" never picks it */
+} kiln_device_type;
+
+typedef struct kiln_device_info {
+    int32_t index;                    /* as in "vulkan:N" */
+    char name[256];
+    kiln_device_type type;
+    uint32_t vendor_id, device_id;
+    uint32_t api_version;             /* VK_MAKE_API_VERSION packing: major << 22 | minor << 12 | patch */
+    int32_t n_heaps;                  /* memory heaps (at most 8 listed below) */
+    uint64_t heap_bytes[8];
+    bool heap_device_local[8];
+    bool fp16;                        /* shaderFloat16 */
+    bool int8;                        /* shaderInt8 */
+    bool storage16;                   /* storageBuffer16BitAccess */
+    bool integer_dot;                 /* shaderIntegerDotProduct (Vulkan 1.3 or VK_KHR_shader_integer_dot_product) */
+    uint32_t subgroup_size;
+    uint64_t max_storage_buffer_range; /* bytes one storage-buffer binding may span */
+    uint32_t max_shared_memory;        /* maxComputeSharedMemorySize, bytes */
+    uint32_t max_workgroup_invocations;
+} kiln_device_info;
+
+/* The number of Vulkan devices (0 when none; see kiln_devices_note). */
+int32_t kiln_device_count(void);
+/* Device i (0 <= i < kiln_device_count()); KILN_E_RANGE otherwise. */
+kiln_status kiln_device_get(int32_t i, kiln_device_info *out);
+/* Why the list is empty ("built without Vulkan", "no Vulkan loader (...)", "no Vulkan device"), or NULL. */
+const char *kiln_devices_note(void);
+/* "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other". */
+const char *kiln_device_type_name(kiln_device_type type);
 
 /* The process-wide CPU kernel level: "ref", "avx2", "avx512", "amx" or "neon" (a level this CPU lacks
  * falls back down its chain); NULL or "auto" = the best level this CPU supports. It applies from the next

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install what the build and the tests need, on a fresh Debian machine: a C compiler, CMake, make, clang
-# with its libFuzzer runtime (for the fuzz target), and the server's libraries (libmicrohttpd, jansson). Installs only what is missing; needs root
+# with its libFuzzer runtime (for the fuzz target), the server's libraries (libmicrohttpd, jansson), and
+# for the Vulkan backend its headers, the glslc shader compiler, Mesa's drivers (lavapipe, the CPU Vulkan
+# device the tests run on) and vulkaninfo. Installs only what is missing; needs root
 # (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -13,6 +15,10 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 for lib in libmicrohttpd:libmicrohttpd-dev jansson:libjansson-dev; do
   pkg-config --exists "${lib%%:*}" 2>/dev/null || need+=("${lib#*:}")
 done
+[ -f /usr/include/vulkan/vulkan_core.h ] || need+=(libvulkan-dev)
+command -v glslc >/dev/null 2>&1 || need+=(glslc)
+command -v vulkaninfo >/dev/null 2>&1 || need+=(vulkan-tools)
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 if command -v clang >/dev/null 2>&1; then
   tmp=$(mktemp -d)
   printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$tmp/f.c"

@@ -4,6 +4,7 @@
  * --help, bad usage exits 2 with a one-line message, a missing or broken model exits 1 naming the problem,
  * tokenize works on vocab-only files and inspect prints metadata as text and JSON; the KILN_* variables
  * still reach the library through the CLI (it reads none itself), a bad --devices list is refused by name,
+ * kiln devices lists the devices and --device / $KILN_DEVICE pick one with the same greedy text,
  * perplexity scores chunks, and batched-bench prints one row per case.
  */
 #include "harness.h"
@@ -92,7 +93,8 @@ static void generation_stops_when_the_context_is_full(void) {
 static void every_command_has_help(void) {
     static const char *cmds[] = {"--help",           "run --help",        "chat --help",  "tokenize --help",
                                  "inspect --help",   "quantize --help",   "bench --help", "perplexity --help",
-                                 "graph --help",     "synth --help",      "batched-bench --help"};
+                                 "graph --help",     "synth --help",      "batched-bench --help",
+                                 "devices --help"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         static run_result r;
         kiln(&r, cmds[i]);
@@ -116,6 +118,9 @@ static void bad_usage_exits_2_with_one_line_naming_the_problem(void) {
         {"run --cpu warp9", "--cpu warp9"},
         {"batched-bench -npl 1,x", "'1,x' is not a list"},
         {"batched-bench -npl 65", "integers in 1..64"},
+        {"run --device gpu", "'gpu' is not auto, cpu, vulkan or vulkan:N"},
+        {"run --device vulkan --devices cpu", "--devices and --device are exclusive"},
+        {"devices --bogus", "unknown argument '--bogus'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         static run_result r;
@@ -205,6 +210,31 @@ static void a_bad_devices_list_exits_1_naming_the_device(void) {
     CHECK(strstr(r.out, "|") == NULL); /* no table */
 }
 
+/* kiln devices lists the CPU and the Vulkan devices (or why there are none); --device and $KILN_DEVICE
+ * choose one, and whatever runs where, greedy output is the golden text. auto never takes lavapipe, and a
+ * device that cannot start leaves a one-line note on stderr. */
+static void devices_lists_the_cpu_and_device_picks_one_with_the_same_output(void) {
+    static run_result r, cpu;
+    kiln(&r, "devices");
+    CHECK_EQ_INT(r.code, 0);
+    CHECK(strncmp(r.out, "cpu ", 4) == 0);
+    CHECK(strstr(r.out, "\nvulkan:0 ") != NULL || strstr(r.out, "\nvulkan    none: ") != NULL);
+    kiln(&cpu, "run -m '" KILN_MODEL_PATH "' --temp 0 -n 24 -p 'Once upon a time'");
+    CHECK_EQ_INT(cpu.code, 0);
+    static const char *runs[][2] = {{"", "--device vulkan"}, {"KILN_DEVICE=vulkan", ""}, {"", "--device auto"},
+                                    {"", "--device vulkan:9"}, {"KILN_DEVICE=cpu", ""}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, "run -m '%s' --temp 0 -n 24 -p 'Once upon a time' %s", KILN_MODEL_PATH, runs[i][1]);
+        kiln_env(&r, runs[i][0], args);
+        CHECK_EQ_INT(r.code, 0);
+        if (strcmp(r.out, cpu.out))
+            harness_fail(__FILE__, __LINE__, "%s kiln %s printed '%s', the CPU '%s'", runs[i][0], args, r.out, cpu.out);
+        if (i == 3 && !strstr(r.err, "kiln run: note: vulkan:9: "))
+            harness_fail(__FILE__, __LINE__, "--device vulkan:9: stderr '%s' has no note", r.err);
+    }
+}
+
 /* Write a text of some hundred tokens for perplexity. */
 static const char *story_file(void) {
     static char path[512];
@@ -274,6 +304,7 @@ int main(void) {
     RUN(kiln_passes_from_the_environment_reaches_the_library);
     RUN(kiln_cpu_from_the_environment_is_checked);
     RUN(a_bad_devices_list_exits_1_naming_the_device);
+    RUN(devices_lists_the_cpu_and_device_picks_one_with_the_same_output);
     RUN(perplexity_scores_chunks_and_a_model_agrees_with_itself);
     RUN(batched_bench_prints_one_row_per_case);
     return harness_finish();

@@ -15,6 +15,14 @@ bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node) {
     return b->iface->supports_op(b, node);
 }
 
+bool kiln__backend_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells) {
+    return b->iface->holds_kv ? b->iface->holds_kv(b, type, row_bytes, n_cells) : false;
+}
+
+bool kiln__backend_owns(const kiln_backend *b, const void *data) {
+    return b->iface->owns ? b->iface->owns(b, data) : false;
+}
+
 bool kiln__backend_is_host(const kiln_backend *b) { return b->iface->is_host ? b->iface->is_host(b) : false; }
 
 size_t kiln__backend_alignment(const kiln_backend *b) {
@@ -64,6 +72,29 @@ kiln_status kiln__backend_compute_range(kiln_backend *b, kiln_graph *g, int32_t 
     return b->iface->compute(b, g, i0, i1);
 }
 
+static kiln_vulkan_test_hooks vulkan_hooks;
+
+void kiln__vulkan_set_test_hooks(const kiln_vulkan_test_hooks *hooks) {
+    memset(&vulkan_hooks, 0, sizeof vulkan_hooks);
+    if (hooks) vulkan_hooks = *hooks;
+}
+
+const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void) { return &vulkan_hooks; }
+
+const char *kiln__backend_describe(const kiln_backend *b) {
+    return b->iface->describe ? b->iface->describe(b) : b->iface->name(b);
+}
+
+const char *kiln_device_type_name(kiln_device_type type) {
+    switch (type) {
+    case KILN_DEVICE_INTEGRATED_GPU: return "integrated GPU";
+    case KILN_DEVICE_DISCRETE_GPU: return "discrete GPU";
+    case KILN_DEVICE_VIRTUAL_GPU: return "virtual GPU";
+    case KILN_DEVICE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
 void kiln__backend_destroy(kiln_backend *b) {
     if (b) b->iface->destroy(b);
 }
@@ -82,15 +113,39 @@ static kiln_op op_named(const char *s, size_t len) {
     return KILN_OP_NONE;
 }
 
-/* "cpu-restricted:OP+OP+...": the restricted CPU backend running the listed ops. */
+/* "vulkan" (device 0), "vulkan:N" (device N) or "auto" (-1: the first discrete or integrated GPU). */
+static kiln_status vulkan_named(const char *name, size_t len, kiln_backend **out) {
+    long index = 0;
+    if (len == 4 && !memcmp(name, "auto", 4)) return kiln__backend_vulkan_create(-1, out);
+    if (len > 7) {
+        index = 0;
+        for (size_t i = 7; i < len; i++) {
+            if (name[i] < '0' || name[i] > '9' || index > 1000)
+                return kiln__error(KILN_E_INVALID_ARG, "device '%.*s': the index after 'vulkan:' is not a number",
+                                   (int)KILN__MIN(len, 64), name);
+            index = index * 10 + (name[i] - '0');
+        }
+    }
+    return kiln__backend_vulkan_create((int32_t)index, out);
+}
+
+bool kiln__backend_name_is_vulkan(const char *name, size_t len) {
+    return (len == 4 && !memcmp(name, "auto", 4)) || (len == 6 && !memcmp(name, "vulkan", 6)) ||
+           (len > 7 && !memcmp(name, "vulkan:", 7));
+}
+
+/* "cpu-restricted:OP+OP+...": the restricted CPU backend running the listed ops; "vulkan", "vulkan:N" and
+ * "auto": a Vulkan backend. */
 kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out) {
     static const char restricted[] = "cpu-restricted:";
     const size_t plen = sizeof restricted - 1;
     kiln_op ops[KILN_OP_COUNT];
     int32_t n_ops = 0;
     *out = NULL;
+    if (kiln__backend_name_is_vulkan(name, len)) return vulkan_named(name, len, out);
     if (len < plen || memcmp(name, restricted, plen) != 0)
-        return kiln__error(KILN_E_NOT_FOUND, "device '%.*s' is not known (known: cpu, cpu-restricted:OP+OP+...)",
+        return kiln__error(KILN_E_NOT_FOUND,
+                           "device '%.*s' is not known (known: cpu, vulkan, vulkan:N, auto, cpu-restricted:OP+OP+...)",
                            (int)KILN__MIN(len, 64), name);
     for (size_t at = plen; at <= len;) {
         const char *plus = memchr(name + at, '+', len - at);

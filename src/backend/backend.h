@@ -30,6 +30,12 @@
  *                 the range are neither run nor read except as sources of nodes inside it.
  *   destroy       releases the backend
  *   memory        optional: what it prepared (repacked weights); the wrapper reports zeros without it
+ *   describe      optional: the name with the device it runs on, for kiln_model_backends
+ *   holds_kv      optional: whether a context's KV cache of this type, n_cells cells of row_bytes each, may
+ *                 live in its buffers: then it must run every node that reads or writes the cache, for
+ *                 every graph of that context (default: false; the CPU holds the cache)
+ *   owns          optional: whether data points into one of its buffers (default: false); the scheduler
+ *                 asks it of KV-cache leaves to find where the cache lives
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -64,6 +70,9 @@ typedef struct kiln_backend_iface {
     kiln_status (*compute)(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1);
     void (*destroy)(kiln_backend *b);
     void (*memory)(const kiln_backend *b, kiln_backend_memory *out); /* optional: nothing prepared */
+    const char *(*describe)(const kiln_backend *b); /* optional: a longer name (default: name) */
+    bool (*holds_kv)(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);
+    bool (*owns)(const kiln_backend *b, const void *data);
 } kiln_backend_iface;
 
 struct kiln_backend {
@@ -85,8 +94,33 @@ kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out);
 kiln_status kiln__backend_cpu_restricted_create(int32_t n_threads, const kiln_op *ops, int32_t n_ops,
                                                 kiln_backend **out);
 
+/* A Vulkan backend on device `device` of kiln_device_get (-1: the first discrete or integrated GPU, never
+ * a CPU device). KILN_E_UNSUPPORTED, with a message saying why, when Kiln was built without Vulkan, there
+ * is no loader, or no such device: the engine then falls back to the CPU (src/backend/vulkan/). */
+kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out);
+/* Test hooks of the Vulkan backend (docs/vulkan.md): process-wide, read when a Vulkan backend (or the
+ * device list) starts. Only tests set them; the library reads no environment. Zeros: no hook. Not
+ * thread-safe: set them while no model loads. */
+typedef struct kiln_vulkan_test_hooks {
+    const char *loader;  /* the library to dlopen instead of libvulkan.so.1 (one that is missing: no loader) */
+    kiln_op refuse;      /* an op supports_op refuses (KILN_OP_NONE: none) */
+    int32_t fail_alloc;  /* the pool's N-th block allocation fails as out of device memory (1: the start-up
+                          * probe, so the device is dropped) */
+    bool no_pool;        /* every buffer its own vkAllocateMemory, freed at once (what the pool is measured
+                          * against) */
+} kiln_vulkan_test_hooks;
+void kiln__vulkan_set_test_hooks(const kiln_vulkan_test_hooks *hooks); /* NULL: none */
+const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void);
+
+/* How many compute calls of a Vulkan backend recorded a command buffer and how many replayed one (zeros
+ * for any other backend). */
+void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed);
+/* "vulkan:0 (llvmpipe ...)" for a Vulkan backend; its name for any other. */
+const char *kiln__backend_describe(const kiln_backend *b);
+
 /* A backend other than the CPU by name (the first len bytes of name), for the device list of
  * kiln_model_params; KILN_E_NOT_FOUND lists the known names. */
+bool kiln__backend_name_is_vulkan(const char *name, size_t len); /* "vulkan", "vulkan:N" or "auto" */
 kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out);
 
 /* The CPU backend's weight preparation: mapping/size is a read-only file mapping whose pages it hands
@@ -100,6 +134,7 @@ struct kiln_backend_memory {
     int32_t n_prepared;
     uint64_t prepared_bytes;
     uint64_t released_bytes; /* mapped file bytes handed back after preparing */
+    kiln_device_memory device; /* a device backend's memory pool (zeros for the CPU) */
 };
 void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 
@@ -107,6 +142,8 @@ void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user);
 
 const char *kiln__backend_name(const kiln_backend *b);
+bool kiln__backend_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);
+bool kiln__backend_owns(const kiln_backend *b, const void *data);
 bool kiln__backend_supports_op(const kiln_backend *b, const kiln_tensor *node);
 bool kiln__backend_is_host(const kiln_backend *b);
 size_t kiln__backend_alignment(const kiln_backend *b);

@@ -98,6 +98,10 @@ kiln_status kiln_model_memory_info(const kiln_model *m, kiln_model_memory *out) 
     return KILN_OK;
 }
 
+const char *kiln_model_backends(const kiln_model *m) { return m ? m->engine->backends_text : ""; }
+
+const char *kiln_model_device_note(const kiln_model *m) { return m && m->engine->note[0] ? m->engine->note : NULL; }
+
 int32_t kiln_model_n_threads(const kiln_model *m) { return m ? m->engine->n_threads : 0; }
 
 kiln_status kiln_set_cpu_level(const char *name) {

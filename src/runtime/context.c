@@ -50,6 +50,17 @@ static kiln_status check_params(const kiln_model *m, const kiln_ctx_params *p) {
     return KILN_OK;
 }
 
+/* The backend whose buffers hold the KV cache: the first device backend that takes every batch (no cost
+ * rule) and says it holds caches of this type and size, else the CPU. The scheduler then runs every node
+ * that touches the cache there (runtime/sched.h). */
+static kiln_backend *kv_backend(const kiln_ctx *c) {
+    const kiln_engine *e = c->engine;
+    for (int32_t i = 0; i < e->n_backends - 1; i++)
+        if (e->min_batch[i] == 0 && kiln__backend_holds_kv(e->backends[i], c->kv_type, c->kv_row_bytes, c->n_ctx))
+            return e->backends[i];
+    return e->cpu;
+}
+
 static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     const kiln_hparams *hp = &c->model->hp;
     uint64_t kv_bytes;
@@ -76,7 +87,7 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
         kv_bytes > SIZE_MAX)
         return kiln__error(KILN_E_RANGE, "a KV cache of %d tokens overflows", c->n_ctx);
     if ((s = kiln__kv_init(&c->cells, c->n_ctx, c->n_seq_max))) return s;
-    if ((s = kiln__backend_buffer_alloc(c->engine->cpu, (size_t)kv_bytes, &c->kv))) return s;
+    if ((s = kiln__backend_buffer_alloc(kv_backend(c), (size_t)kv_bytes, &c->kv))) return s;
     /* Fresh cells are never read before they are written (the mask hides them), but zeroed K and V keep a
      * stray read finite. */
     if ((s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size))) return s;
@@ -118,7 +129,7 @@ void kiln_ctx_destroy(kiln_ctx *c) {
     if (!c) return;
     for (int i = 0; i < KILN_PLAN_CACHE; i++)
         kiln__compiled_free(&c->plans[i]);
-    kiln__backend_buffer_free(c->engine->cpu, &c->kv);
+    if (c->kv.backend) kiln__backend_buffer_free(c->kv.backend, &c->kv);
     for (int32_t i = 0; i < c->engine->n_backends; i++)
         kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
     kiln__kv_free(&c->cells);

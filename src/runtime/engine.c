@@ -6,6 +6,7 @@
 
 #include "core/core.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,16 @@ static kiln_status start_device(kiln_engine *e, const char *s, const char *end) 
     if (e->n_backends >= KILN_MAX_BACKENDS - 1)
         return kiln__error(KILN_E_INVALID_ARG, "more than %d devices", KILN_MAX_BACKENDS - 1);
     kiln_backend *b = NULL;
-    if ((st = kiln__backend_create_named(s, len, e->n_threads, &b))) return st;
+    if ((st = kiln__backend_create_named(s, len, e->n_threads, &b))) {
+        /* A Vulkan device that cannot start (built without Vulkan, no loader, no such device, no memory)
+         * is dropped: the CPU runs its nodes, and the note says why. */
+        if (!kiln__backend_name_is_vulkan(s, len) || st == KILN_E_INVALID_ARG) return st;
+        size_t used = strlen(e->note);
+        snprintf(e->note + used, sizeof e->note - used, "%s%.*s: %s; its nodes run on the CPU", used ? "; " : "",
+                 (int)KILN__MIN(len, 32), s, kiln_last_error());
+        kiln__error_clear();
+        return KILN_OK;
+    }
     e->backends[e->n_backends] = b;
     e->min_batch[e->n_backends++] = (int32_t)min_batch;
     return KILN_OK;
@@ -90,6 +100,9 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
         kiln__engine_destroy(e);
         return st;
     }
+    for (int32_t i = 0, n = 0; i < e->n_backends && n >= 0 && (size_t)n < sizeof e->backends_text; i++)
+        n += snprintf(e->backends_text + n, sizeof e->backends_text - (size_t)n, "%s%s", i ? "," : "",
+                      kiln__backend_describe(e->backends[i]));
     *out = e;
     return KILN_OK;
 }
@@ -111,6 +124,14 @@ void kiln__engine_memory(const kiln_engine *e, kiln_model_memory *out) {
         out->n_prepared += m.n_prepared;
         out->prepared_bytes += m.prepared_bytes;
         out->released_bytes += m.released_bytes;
+        out->device.allocations += m.device.allocations;
+        out->device.frees += m.device.frees;
+        out->device.requests += m.device.requests;
+        out->device.reuses += m.device.reuses;
+        out->device.evictions += m.device.evictions;
+        out->device.bytes += m.device.bytes;
+        out->device.peak_bytes += m.device.peak_bytes;
+        out->device.weight_bytes += m.device.weight_bytes;
     }
     out->const_bytes = kiln__const_store_bytes(e->consts);
 }

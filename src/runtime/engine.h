@@ -26,6 +26,8 @@ typedef struct kiln_engine {
     kiln_sched *sched;        /* assigns each plan's nodes to the backends */
     kiln_const_store *consts; /* folded constants, shared by every plan of every context */
     pthread_mutex_t lock;     /* held while a context compiles or computes */
+    char backends_text[512];  /* kiln_model_backends */
+    char note[512];           /* kiln_model_device_note: why a listed device was dropped, or "" */
 } kiln_engine;
 
 /* Start the backends named by params->devices (see kiln_model_params in kiln.h). mapping/mapping_size:

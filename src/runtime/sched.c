@@ -145,9 +145,25 @@ static bool touches_cache(const kiln_tensor *t) {
     return false;
 }
 
-/* The backend of computing node t: the first that supports it and whose min_batch the batch reaches. */
-static kiln_status choose(const kiln_sched *s, const kiln_tensor *t, int32_t n_tokens, int32_t *out) {
-    int32_t last = s->n - 1;
+/* Where the KV cache that node t touches lives: the home of its first cache root (HOST_LEAF: the last). */
+static int32_t cache_home(const kiln_sched_plan *p, const kiln_tensor *t) {
+    for (int k = 0; k < KILN_MAX_SRC; k++)
+        if (t->src[k] && (root_of(t->src[k])->flags & KILN_TENSOR_CACHE)) return p->home[root_of(t->src[k])->id];
+    return HOST_LEAF;
+}
+
+/* The backend of computing node t: the first that supports it and whose min_batch the batch reaches; a
+ * node that touches a KV cache runs where the cache lives. */
+static kiln_status choose(const kiln_sched_plan *p, const kiln_tensor *t, int32_t n_tokens, int32_t *out) {
+    const kiln_sched *s = p->sched;
+    int32_t last = s->n - 1, h = touches_cache(t) ? cache_home(p, t) : HOST_LEAF;
+    if (h != HOST_LEAF) {
+        if (!kiln__backend_supports_op(s->list[h].backend, t))
+            return kiln__error(KILN_E_UNSUPPORTED, "scheduler: the KV cache lives on %s, which cannot run node '%s' (%s)",
+                               kiln__backend_name(s->list[h].backend), t->name, kiln__op_name(t->op));
+        *out = h;
+        return KILN_OK;
+    }
     if (!touches_cache(t))
         for (int32_t i = 0; i < last; i++)
             if (n_tokens >= s->list[i].min_batch && kiln__backend_supports_op(s->list[i].backend, t)) {
@@ -166,7 +182,16 @@ static kiln_status choose(const kiln_sched *s, const kiln_tensor *t, int32_t n_t
 static kiln_status assign(kiln_sched_plan *p, int32_t n_tokens) {
     int32_t first = -1, cur = -1;
     kiln_status st;
-    for (int32_t id = 0; id < p->n_tensors0; id++) p->home[id] = HOST_LEAF;
+    for (int32_t id = 0; id < p->n_tensors0; id++) {
+        const kiln_tensor *t = kiln__graph_tensor(p->g, id);
+        p->home[id] = HOST_LEAF;
+        /* A KV cache lives in host memory, or in the buffers of the device backend that holds it. */
+        for (int32_t b = 0; (t->flags & KILN_TENSOR_CACHE) && t->op == KILN_OP_NONE && b < p->sched->n - 1; b++)
+            if (!p->sched->is_host[b] && kiln__backend_owns(p->sched->list[b].backend, t->data)) {
+                p->home[id] = b;
+                break;
+            }
+    }
     for (int32_t i = 0; i < p->n_nodes; i++) {
         kiln_tensor *t = kiln__graph_node(p->g, i);
         if (!computes(t)) {
@@ -174,8 +199,8 @@ static kiln_status assign(kiln_sched_plan *p, int32_t n_tokens) {
             p->run[i] = cur;
             continue;
         }
-        if ((st = choose(p->sched, t, n_tokens, &cur))) return st;
-        p->home[t->id] = t->op == KILN_OP_CACHE_WRITE ? HOST_LEAF : cur;
+        if ((st = choose(p, t, n_tokens, &cur))) return st;
+        p->home[t->id] = t->op == KILN_OP_CACHE_WRITE ? p->home[root_of(t)->id] : cur;
         p->run[i] = cur;
         if (first < 0) first = cur;
     }

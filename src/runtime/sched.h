@@ -7,8 +7,10 @@
  *   1. assigns every computing node to the first backend whose supports_op accepts it and whose min_batch
  *      <= n_tokens (the last backend takes whatever is left, whatever its min_batch). Nodes that read or
  *      write a KV cache (a leaf flagged KILN_TENSOR_CACHE, or a view of one such as a cache_write result)
- *      stay on the last backend, which holds the caches in host memory. Views compute nothing: their
- *      bytes are their base's, wherever that lives;
+ *      run where the cache lives: on the device backend whose buffer holds it (kiln__backend_owns; the
+ *      context put it there because that backend said it holds_kv, whatever its min_batch), and which must
+ *      then support them (KILN_E_UNSUPPORTED otherwise), else on the last backend, which holds caches in
+ *      host memory. Views compute nothing: their bytes are their base's, wherever that lives;
  *   2. cuts the execution order into splits: maximal runs of computing nodes on one backend, with the
  *      views among them riding along (a view never starts a split; views before the first computing node
  *      join the first split);

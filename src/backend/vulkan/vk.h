@@ -1,0 +1,284 @@
+/*
+ * vk.h - the Vulkan backend's shared internals: the loader's function table, the device, its memory
+ * pool, and the backend constructor (see docs/vulkan.md).
+ *
+ * Nothing links libvulkan. vk_loader.c dlopen()s libvulkan.so.1 (or the library a test hook names),
+ * takes vkGetInstanceProcAddr, and fills kiln_vk_fns with exactly the entry points listed below; device
+ * functions come from vkGetDeviceProcAddr once a device exists. A missing loader or device is a
+ * KILN_E_UNSUPPORTED status whose message says which, so the engine can fall back to the CPU.
+ */
+#ifndef KILN_VK_H
+#define KILN_VK_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan_core.h>
+
+#include "backend/backend.h"
+
+/* Every entry point the backend uses: X(name) for instance-level, D(name) for device-level. */
+#define KILN_VK_INSTANCE_FNS(X)                                                                              \
+    X(vkDestroyInstance)                                                                                     \
+    X(vkEnumeratePhysicalDevices)                                                                            \
+    X(vkGetPhysicalDeviceProperties)                                                                         \
+    X(vkGetPhysicalDeviceProperties2)                                                                        \
+    X(vkGetPhysicalDeviceFeatures2)                                                                          \
+    X(vkGetPhysicalDeviceMemoryProperties)                                                                   \
+    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                              \
+    X(vkEnumerateDeviceExtensionProperties)                                                                  \
+    X(vkCreateDevice)                                                                                        \
+    X(vkGetDeviceProcAddr)
+#define KILN_VK_DEVICE_FNS(D)                                                                                \
+    D(vkDestroyDevice)                                                                                       \
+    D(vkGetDeviceQueue)                                                                                      \
+    D(vkAllocateMemory)                                                                                      \
+    D(vkFreeMemory)                                                                                          \
+    D(vkMapMemory)                                                                                           \
+    D(vkUnmapMemory)                                                                                         \
+    D(vkCreateBuffer)                                                                                        \
+    D(vkDestroyBuffer)                                                                                       \
+    D(vkGetBufferMemoryRequirements)                                                                         \
+    D(vkBindBufferMemory)                                                                                    \
+    D(vkCreateShaderModule)                                                                                  \
+    D(vkDestroyShaderModule)                                                                                 \
+    D(vkCreateDescriptorSetLayout)                                                                           \
+    D(vkDestroyDescriptorSetLayout)                                                                          \
+    D(vkCreatePipelineLayout)                                                                                \
+    D(vkDestroyPipelineLayout)                                                                               \
+    D(vkCreateComputePipelines)                                                                              \
+    D(vkDestroyPipeline)                                                                                     \
+    D(vkCreateDescriptorPool)                                                                                \
+    D(vkDestroyDescriptorPool)                                                                               \
+    D(vkResetDescriptorPool)                                                                                 \
+    D(vkAllocateDescriptorSets)                                                                              \
+    D(vkUpdateDescriptorSets)                                                                                \
+    D(vkCreateCommandPool)                                                                                   \
+    D(vkDestroyCommandPool)                                                                                  \
+    D(vkAllocateCommandBuffers)                                                                              \
+    D(vkBeginCommandBuffer)                                                                                  \
+    D(vkEndCommandBuffer)                                                                                    \
+    D(vkResetCommandBuffer)                                                                                  \
+    D(vkCmdBindPipeline)                                                                                     \
+    D(vkCmdBindDescriptorSets)                                                                               \
+    D(vkCmdPushConstants)                                                                                    \
+    D(vkCmdDispatch)                                                                                         \
+    D(vkCmdPipelineBarrier)                                                                                  \
+    D(vkCmdCopyBuffer)                                                                                       \
+    D(vkCmdFillBuffer)                                                                                       \
+    D(vkQueueSubmit)                                                                                         \
+    D(vkCreateFence)                                                                                         \
+    D(vkDestroyFence)                                                                                        \
+    D(vkWaitForFences)                                                                                       \
+    D(vkResetFences)
+
+typedef struct kiln_vk_fns {
+#define KILN_VK_FIELD(name) PFN_##name name;
+    KILN_VK_INSTANCE_FNS(KILN_VK_FIELD)
+    KILN_VK_DEVICE_FNS(KILN_VK_FIELD)
+#undef KILN_VK_FIELD
+} kiln_vk_fns;
+
+/* An open loader with one instance. */
+typedef struct kiln_vk_loader {
+    void *lib;
+    PFN_vkGetInstanceProcAddr get_instance_proc;
+    VkInstance instance;
+    kiln_vk_fns fn;
+    bool shared; /* a copy of the process-wide loader (vk_loader.c): close leaves the instance alone */
+} kiln_vk_loader;
+
+/* The loader with an instance (Vulkan 1.1): a copy of the process-wide one, or with the loader test hook a
+ * private one. KILN_E_UNSUPPORTED when there is no loader or it cannot make an instance; the message says
+ * which. */
+kiln_status kiln__vk_open(kiln_vk_loader *l);
+void kiln__vk_close(kiln_vk_loader *l); /* a zeroed loader is a no-op */
+/* The instance's physical devices: at most cap into out, their number in *n. */
+kiln_status kiln__vk_physical_devices(kiln_vk_loader *l, VkPhysicalDevice *out, uint32_t cap, uint32_t *n);
+/* What Kiln reports of a physical device (kiln_device_info of kiln.h). */
+void kiln__vk_describe(kiln_vk_loader *l, VkPhysicalDevice pd, int32_t index, kiln_device_info *out);
+/* Load the device-level entry points of dev into l->fn. */
+kiln_status kiln__vk_load_device(kiln_vk_loader *l, VkDevice dev);
+/* "VK_ERROR_OUT_OF_DEVICE_MEMORY" and the like. */
+const char *kiln__vk_result_name(VkResult r);
+
+/* ---- The device: what the pool, the transfers and the kernels share ---- */
+
+typedef struct kiln_vk_pool kiln_vk_pool;
+
+typedef struct kiln_vk_device {
+    kiln_vk_loader loader;
+    kiln_vk_fns *fn; /* &loader.fn */
+    VkPhysicalDevice physical;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    kiln_device_info info;
+    uint32_t device_type_index;  /* memory type of device buffers */
+    uint32_t staging_type_index; /* host-visible, coherent */
+    VkDeviceSize max_range;      /* maxStorageBufferRange */
+    VkDeviceSize min_offset;     /* minStorageBufferOffsetAlignment */
+    VkCommandPool cmd_pool;
+    VkCommandBuffer transfer_cmd;
+    VkFence transfer_fence;
+    /* The staging ring: host-visible memory that uploads and downloads pass through, in pieces of at
+     * most staging_size bytes (each piece is submitted and waited before the ring is reused). */
+    VkDeviceMemory staging_mem;
+    VkBuffer staging_buf;
+    void *staging_map;
+    VkDeviceSize staging_size;
+    kiln_vk_pool *pool;
+} kiln_vk_device;
+
+/* ---- The memory pool (vk_memory.c) ---- */
+
+/* A place in device memory: a pool block's VkBuffer and a byte range in it. */
+typedef struct kiln_vk_span {
+    VkBuffer buffer;
+    VkDeviceSize offset, size;
+} kiln_vk_span;
+
+/* The pool's counters (kiln --verbose prints them; the pool test reads them). */
+typedef struct kiln_vk_pool_stats {
+    uint64_t device_allocs; /* vkAllocateMemory calls for blocks */
+    uint64_t device_frees;  /* vkFreeMemory calls for blocks */
+    uint64_t requests;      /* buffers asked of the pool */
+    uint64_t reuses;        /* requests served from the freed-buffer cache */
+    uint64_t evictions;     /* cached buffers released to make room (LRU) */
+    uint64_t bytes_live;    /* bytes of buffers in use */
+    uint64_t bytes_peak;    /* the most bytes_live has been */
+    uint64_t bytes_device;  /* bytes of device memory held in blocks */
+    uint64_t bytes_cached;  /* bytes of freed buffers kept for reuse */
+} kiln_vk_pool_stats;
+
+/* pooled = false: every buffer is its own vkAllocateMemory and is freed at once (the comparison the pool
+ * test makes). block_bytes: the size of the blocks sub-allocated (0: 64 MiB). */
+kiln_status kiln__vk_pool_create(kiln_vk_device *d, bool pooled, size_t block_bytes, kiln_vk_pool **out);
+void kiln__vk_pool_destroy(kiln_vk_pool *p);
+/* A buffer of at least size bytes; *addr is its opaque address (nonzero), the kiln_buffer base. */
+kiln_status kiln__vk_pool_alloc(kiln_vk_pool *p, size_t size, uintptr_t *addr);
+void kiln__vk_pool_free(kiln_vk_pool *p, uintptr_t addr);
+/* The block and offset an address inside a live buffer names; false for an address the pool never gave. */
+bool kiln__vk_pool_resolve(const kiln_vk_pool *p, uintptr_t addr, kiln_vk_span *out);
+void kiln__vk_pool_stats(const kiln_vk_pool *p, kiln_vk_pool_stats *out);
+/* Changes whenever a block is released (so its VkBuffer, which recordings name, is gone). */
+uint64_t kiln__vk_pool_generation(const kiln_vk_pool *p);
+/* Test hook: the n-th block allocation from now fails as out of device memory (0: none). */
+void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n);
+
+/* ---- Transfers through the staging ring (vk_device.c) ---- */
+
+kiln_status kiln__vk_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size);
+kiln_status kiln__vk_download(kiln_vk_device *d, kiln_vk_span src, void *dst, size_t size);
+kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t size);
+kiln_status kiln__vk_copy(kiln_vk_device *d, kiln_vk_span src, kiln_vk_span dst, size_t size);
+
+/* Open device `index` of the instance (-1: the first discrete or integrated GPU, never a CPU device;
+ * KILN_E_UNSUPPORTED when there is none) with its queue, staging ring and pool. */
+kiln_status kiln__vk_device_create(int32_t index, bool pooled, kiln_vk_device **out);
+void kiln__vk_device_destroy(kiln_vk_device *d);
+/* Submit one recorded command buffer and wait for it. */
+kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence);
+
+/* ---- The backend (vk_backend.c) ---- */
+
+/* Options of a Vulkan backend ("vulkan", "vulkan:N", "auto"). */
+typedef struct kiln_vk_options {
+    int32_t device; /* index among the instance's devices; -1: a GPU (auto) */
+    bool pooled;    /* the memory pool (false only for the pool's own test) */
+    kiln_op refuse; /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
+} kiln_vk_options;
+
+kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backend **out);
+/* The pool's counters of a Vulkan backend (zeros for another backend). */
+void kiln__backend_vulkan_pool_stats(const kiln_backend *b, kiln_vk_pool_stats *out);
+
+kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
+
+#endif
+
+/* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ----
+ */
+
+enum {
+    KILN_VK_PIPE_BINARY,
+    KILN_VK_PIPE_UNARY,
+    KILN_VK_PIPE_NORM,
+    KILN_VK_PIPE_SOFTMAX,
+    KILN_VK_PIPE_ROPE,
+    KILN_VK_PIPE_ATTENTION,
+    KILN_VK_PIPE_CACHE_WRITE,
+    KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
+    KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + 4, /* likewise */
+    KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + 4,
+};
+
+/* A weight uploaded once, found again by identity: its host bytes, type and shape. */
+typedef struct kiln_vk_weight {
+    const void *src;
+    kiln_type type;
+    int64_t ne[KILN_MAX_DIMS];
+    size_t bytes;
+    uintptr_t addr; /* its pool buffer */
+} kiln_vk_weight;
+
+/* A recorded command buffer for one node range, replayed while the range's key (every recorded op, shape,
+ * stride, parameter and data address, and the pool's generation) stays the same. */
+typedef struct kiln_vk_recording {
+    VkCommandBuffer cmd;          /* VK_NULL_HANDLE: a slot never used */
+    VkDescriptorPool *desc_pools; /* each holds DESC_SETS sets; reset when the slot is recorded again */
+    int32_t n_desc_pools, used_desc_pools, sets_in_pool;
+    unsigned char *key;
+    size_t key_len, key_cap;
+    uint64_t last_used;
+    bool valid;
+} kiln_vk_recording;
+
+#define KILN_VK_RECORDINGS 64
+
+typedef struct kiln_vk_ctx {
+    kiln_vk_device *dev;
+    kiln_vk_options opt;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkPipeline pipes[KILN_VK_PIPE_COUNT];
+    kiln_vk_recording recs[KILN_VK_RECORDINGS];
+    kiln_vk_recording *rec; /* the one being recorded */
+    unsigned char *key;     /* the key of the range being computed (grows only) */
+    size_t key_len, key_cap;
+    uint64_t clock, n_recorded, n_replayed;
+    VkFence fence;
+    kiln_vk_weight *weights;
+    int32_t n_weights, cap_weights;
+    uint64_t weight_bytes;
+    char description[320]; /* "vulkan:0 (llvmpipe ...)" */
+} kiln_vk_ctx;
+
+/* Where a kernel reads or writes a tensor: a storage-buffer binding at an offset aligned to the device's
+ * minStorageBufferOffsetAlignment, and the bytes from there to the tensor's first byte. */
+typedef struct kiln_vk_bind {
+    VkBuffer buffer; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
+    VkDeviceSize offset, range;
+    uint32_t rem;
+} kiln_vk_bind;
+
+/* The binding of bytes [start, start + bytes) of t's data (a weight leaf is uploaded on first use). */
+kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes,
+                                kiln_vk_bind *out);
+/* The binding of t's whole span. */
+kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *out);
+/* Storage buffers per dispatch: bindings 0-2 are sources, 3 the destination, 4 a fourth source (the
+ * attention mask). An unused one is bound to the destination. */
+#define KILN_VK_BINDINGS 5
+/* Record one dispatch of pipeline pipe over groups workgroups (a 2D grid when more than 65535) times gz,
+ * with bindings b[0..4] and push constants, followed by a barrier before the next. */
+kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
+                              const void *push, uint32_t push_size, uint64_t groups, uint32_t gz);
+/* The bytes of t's span: from its first byte to the end of its last row. */
+size_t kiln__vk_span(const kiln_tensor *t);
+
+/* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
+bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);
+/* Whether a KV cache of this type and size may live on the device: F32 rows, C <= 4096 cells (the
+ * attention kernel's shared memory), each layer's cache within one binding, and neither cache_write nor
+ * attention refused. */
+bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells);
+kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *node);

@@ -1,0 +1,262 @@
+/*
+ * vk_device.c - one opened Vulkan device: its compute queue, command pool, the staging ring that every
+ * upload and download passes through, and the transfers built on it (see vk.h).
+ *
+ * A transfer larger than the ring goes in ring-sized pieces; each piece is recorded into the transfer
+ * command buffer, submitted and waited for before the ring is written again. Device memory is never
+ * mapped, so the same code serves a discrete GPU whose buffers are not host-visible.
+ */
+#include "backend/vulkan/vk.h"
+
+#include "core/core.h"
+
+#include <string.h>
+
+#define STAGING_BYTES ((VkDeviceSize)4 << 20)
+
+static kiln_status vk_fail(VkResult r, const char *what) {
+    kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
+                                                                                           : KILN_E_INTERNAL;
+    return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
+}
+
+/* The first memory type allowed by bits with all of `want`; UINT32_MAX when none. */
+static uint32_t memory_type(const VkPhysicalDeviceMemoryProperties *m, uint32_t bits,
+                            VkMemoryPropertyFlags want) {
+    for (uint32_t i = 0; i < m->memoryTypeCount; i++)
+        if ((bits & (1u << i)) && (m->memoryTypes[i].propertyFlags & want) == want) return i;
+    return UINT32_MAX;
+}
+
+/* Device index: `index`, or with -1 the first discrete GPU, else the first integrated one. */
+static kiln_status pick(kiln_vk_device *d, int32_t index) {
+    VkPhysicalDevice pds[16];
+    uint32_t n = 0;
+    kiln_status s;
+    if ((s = kiln__vk_physical_devices(&d->loader, pds, 16, &n))) return s;
+    if (n == 0) return kiln__error(KILN_E_UNSUPPORTED, "no Vulkan device");
+    if (index >= 0) {
+        if ((uint32_t)index >= n)
+            return kiln__error(KILN_E_UNSUPPORTED, "no Vulkan device %d (there are %u)", index, n);
+        d->physical = pds[index];
+        kiln__vk_describe(&d->loader, pds[index], index, &d->info);
+        return KILN_OK;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < n; i++) {
+            kiln_device_info info;
+            kiln__vk_describe(&d->loader, pds[i], (int32_t)i, &info);
+            if (info.type == (pass == 0 ? KILN_DEVICE_DISCRETE_GPU : KILN_DEVICE_INTEGRATED_GPU)) {
+                d->physical = pds[i];
+                d->info = info;
+                return KILN_OK;
+            }
+        }
+    return kiln__error(KILN_E_UNSUPPORTED, "no discrete or integrated GPU among %u Vulkan devices", n);
+}
+
+static kiln_status open_device(kiln_vk_device *d) {
+    VkQueueFamilyProperties fam[16];
+    uint32_t nf = 16;
+    float prio = 1.0f;
+    VkResult r;
+    kiln_status s;
+    VkPhysicalDeviceProperties props;
+    d->fn->vkGetPhysicalDeviceQueueFamilyProperties(d->physical, &nf, fam);
+    d->queue_family = UINT32_MAX;
+    for (uint32_t i = 0; i < nf && d->queue_family == UINT32_MAX; i++)
+        if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d->queue_family = i;
+    if (d->queue_family == UINT32_MAX)
+        return kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' has no compute queue", d->info.name);
+    VkDeviceQueueCreateInfo q = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                 .queueFamilyIndex = d->queue_family,
+                                 .queueCount = 1,
+                                 .pQueuePriorities = &prio};
+    VkDeviceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &q};
+    if ((r = d->fn->vkCreateDevice(d->physical, &ci, NULL, &d->device)) != VK_SUCCESS) {
+        d->device = VK_NULL_HANDLE;
+        return kiln__error(KILN_E_UNSUPPORTED, "vkCreateDevice on '%s' failed (%s)", d->info.name,
+                           kiln__vk_result_name(r));
+    }
+    if ((s = kiln__vk_load_device(&d->loader, d->device))) return s;
+    d->fn->vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
+    d->fn->vkGetPhysicalDeviceProperties(d->physical, &props);
+    d->max_range = props.limits.maxStorageBufferRange;
+    d->min_offset =
+        props.limits.minStorageBufferOffsetAlignment ? props.limits.minStorageBufferOffsetAlignment : 1;
+    return KILN_OK;
+}
+
+static kiln_status make_commands(kiln_vk_device *d) {
+    VkResult r;
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = d->queue_family};
+    if ((r = d->fn->vkCreateCommandPool(d->device, &pci, NULL, &d->cmd_pool)))
+        return vk_fail(r, "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = d->cmd_pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->transfer_cmd)))
+        return vk_fail(r, "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence)))
+        return vk_fail(r, "vkCreateFence");
+    return KILN_OK;
+}
+
+static kiln_status make_staging(kiln_vk_device *d) {
+    VkPhysicalDeviceMemoryProperties mp;
+    VkMemoryRequirements req;
+    VkResult r;
+    d->fn->vkGetPhysicalDeviceMemoryProperties(d->physical, &mp);
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .size = STAGING_BYTES,
+                             .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    if ((r = d->fn->vkCreateBuffer(d->device, &bi, NULL, &d->staging_buf)))
+        return vk_fail(r, "vkCreateBuffer (staging)");
+    d->fn->vkGetBufferMemoryRequirements(d->device, d->staging_buf, &req);
+    d->staging_type_index = memory_type(
+        &mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    /* Device buffers: device-local memory when there is any (all memory is, on lavapipe). */
+    d->device_type_index = memory_type(&mp, UINT32_MAX, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    if (d->device_type_index == UINT32_MAX) d->device_type_index = memory_type(&mp, UINT32_MAX, 0);
+    if (d->staging_type_index == UINT32_MAX)
+        return kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' has no host-visible coherent memory",
+                           d->info.name);
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                               .allocationSize = req.size,
+                               .memoryTypeIndex = d->staging_type_index};
+    if ((r = d->fn->vkAllocateMemory(d->device, &ai, NULL, &d->staging_mem)))
+        return vk_fail(r, "vkAllocateMemory (staging)");
+    if ((r = d->fn->vkBindBufferMemory(d->device, d->staging_buf, d->staging_mem, 0)))
+        return vk_fail(r, "vkBindBufferMemory");
+    if ((r = d->fn->vkMapMemory(d->device, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map)))
+        return vk_fail(r, "vkMapMemory (staging)");
+    d->staging_size = STAGING_BYTES;
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_device_create(int32_t index, bool pooled, kiln_vk_device **out) {
+    kiln_vk_device *d;
+    kiln_status s;
+    *out = NULL;
+    if (!(d = kiln__calloc(1, sizeof *d))) return kiln__nomem("the Vulkan device");
+    d->fn = &d->loader.fn;
+    if (!(s = kiln__vk_open(&d->loader)) && !(s = pick(d, index)) && !(s = open_device(d)) &&
+        !(s = make_commands(d)) && !(s = make_staging(d)))
+        s = kiln__vk_pool_create(d, pooled, 0, &d->pool);
+    if (s) {
+        kiln__vk_device_destroy(d);
+        return s;
+    }
+    *out = d;
+    return KILN_OK;
+}
+
+void kiln__vk_device_destroy(kiln_vk_device *d) {
+    if (!d) return;
+    if (d->device) {
+        kiln__vk_pool_destroy(d->pool);
+        if (d->staging_map) d->fn->vkUnmapMemory(d->device, d->staging_mem);
+        if (d->staging_buf) d->fn->vkDestroyBuffer(d->device, d->staging_buf, NULL);
+        if (d->staging_mem) d->fn->vkFreeMemory(d->device, d->staging_mem, NULL);
+        if (d->transfer_fence) d->fn->vkDestroyFence(d->device, d->transfer_fence, NULL);
+        if (d->cmd_pool) d->fn->vkDestroyCommandPool(d->device, d->cmd_pool, NULL);
+        d->fn->vkDestroyDevice(d->device, NULL);
+    }
+    kiln__vk_close(&d->loader);
+    kiln__dealloc(d);
+}
+
+kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence) {
+    VkResult r;
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return vk_fail(r, "vkResetFences");
+    if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return vk_fail(r, "vkQueueSubmit");
+    if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX)))
+        return vk_fail(r, "vkWaitForFences");
+    return KILN_OK;
+}
+
+/* Record one copy (or fill, when src is VK_NULL_HANDLE) into the transfer buffer, then run it. */
+static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_off, VkBuffer dst,
+                            VkDeviceSize dst_off, VkDeviceSize size, uint32_t fill) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
+    VkResult r;
+    if ((r = d->fn->vkResetCommandBuffer(d->transfer_cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
+    if ((r = d->fn->vkBeginCommandBuffer(d->transfer_cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    if (src) {
+        VkBufferCopy region = {src_off, dst_off, size};
+        d->fn->vkCmdCopyBuffer(d->transfer_cmd, src, dst, 1, &region);
+    } else {
+        d->fn->vkCmdFillBuffer(d->transfer_cmd, dst, dst_off, size, fill);
+    }
+    d->fn->vkCmdPipelineBarrier(d->transfer_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0,
+                                NULL, 0, NULL);
+    if ((r = d->fn->vkEndCommandBuffer(d->transfer_cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    return kiln__vk_submit_wait(d, d->transfer_cmd, d->transfer_fence);
+}
+
+kiln_status kiln__vk_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size) {
+    for (size_t done = 0; done < size;) {
+        size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
+        kiln_status s;
+        memcpy(d->staging_map, (const char *)src + done, piece);
+        if ((s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + done, piece, 0))) return s;
+        done += piece;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_download(kiln_vk_device *d, kiln_vk_span src, void *dst, size_t size) {
+    for (size_t done = 0; done < size;) {
+        size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
+        kiln_status s;
+        if ((s = transfer(d, src.buffer, src.offset + done, d->staging_buf, 0, piece, 0))) return s;
+        memcpy((char *)dst + done, d->staging_map, piece);
+        done += piece;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t size) {
+    uint32_t word = (uint32_t)(value & 0xff) * 0x01010101u;
+    kiln_status s;
+    if (dst.offset % 4 == 0 && size % 4 == 0)
+        return transfer(d, VK_NULL_HANDLE, 0, dst.buffer, dst.offset, size, word);
+    /* Unaligned ends: the bytes go through the ring. */
+    for (size_t done = 0; done < size;) {
+        size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
+        memset(d->staging_map, value, piece);
+        if ((s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + done, piece, 0))) return s;
+        done += piece;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_copy(kiln_vk_device *d, kiln_vk_span src, kiln_vk_span dst, size_t size) {
+    bool overlap =
+        src.buffer == dst.buffer && src.offset < dst.offset + size && dst.offset < src.offset + size;
+    kiln_status s;
+    if (!overlap) return transfer(d, src.buffer, src.offset, dst.buffer, dst.offset, size, 0);
+    /* vkCmdCopyBuffer forbids overlapping regions: go through the ring, in the direction memmove would. */
+    for (size_t done = 0; done < size;) {
+        size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
+        size_t at = dst.offset > src.offset ? size - done - piece : done;
+        if ((s = transfer(d, src.buffer, src.offset + at, d->staging_buf, 0, piece, 0)) ||
+            (s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + at, piece, 0)))
+            return s;
+        done += piece;
+    }
+    return KILN_OK;
+}

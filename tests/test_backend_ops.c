@@ -1,0 +1,361 @@
+/*
+ * test_backend_ops.c - every op each backend claims, checked against the CPU reference: for every op and
+ * supported weight type, and a few odd shapes (rows that are not a multiple of a workgroup, broadcasts,
+ * strided views, partial rotary, ids out of range, rows of -inf), build a one-node graph, run it through
+ * the scheduler on each backend present with the CPU behind it, and compare its output with the CPU
+ * alone's. Each run also checks that the backend under test took the node (one split, on it), so a
+ * silent fallback to the CPU cannot pass.
+ *
+ * Attention here reads plain k and v inputs; in a model it reads KV-cache views (test_vulkan.c covers
+ * that end to end, with the cache on the device).
+ *
+ * Backends: cpu-restricted (the CPU's own kernels: bit-exact), and vulkan:0 when a Vulkan device exists
+ * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
+ * Tolerances, as max |got - ref| / max |ref| over the output: elementwise and get_rows 1e-6 (the same
+ * float steps; exp/tanh may differ in the last bits), norms, softmax and F32/F16 matmul 1e-5 (shared-memory
+ * tree sums instead of left-to-right), Q8_0/Q4_0 matmul 1e-4 (the same int8 activations, but one of them
+ * may round the other way where x * (1/d) lands within an ulp of .5), rope 1e-5 (the device's pow, sin and
+ * cos of angles up to 511 radians). Measured on lavapipe: at most 4.7e-7 (printed per case).
+ */
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "graph/graph.h"
+#include "runtime/sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_LEAVES = 4 };
+
+typedef struct bo_case {
+    const char *name;
+    kiln_op op;
+    kiln_type wtype;    /* matmul/linear weight or get_rows table type */
+    int64_t a[4], b[4]; /* the main input's and the second input's shapes */
+    int variant;
+    float tol; /* for a device; cpu-restricted must match exactly */
+} bo_case;
+
+/* The leaves' bytes, made once per case so every backend sees the same inputs. */
+typedef struct bo_data {
+    void *buf[MAX_LEAVES];
+} bo_data;
+
+static uint64_t rng_state;
+
+static float rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* Leaf i of type t and shape ne (n dims), filled with values in [-1, 1) (quantized per row) on first use. */
+static kiln_tensor *leaf(kiln_graph *g, bo_data *d, int i, kiln_type t, int n, const int64_t *ne,
+                         uint32_t flags) {
+    kiln_tensor *x = kiln__graph_leaf(g, NULL, t, n, ne, NULL, flags);
+    if (!x) return NULL;
+    kiln__tensor_set_name(x, "leaf%d", i);
+    if (!d->buf[i]) {
+        size_t bytes = kiln__tensor_nbytes(x);
+        int64_t rows = kiln__tensor_nrows(x), k = x->ne[0];
+        float *row = malloc((size_t)k * sizeof(float));
+        d->buf[i] = calloc(1, bytes ? bytes : 1);
+        rng_state = 1234u + 77u * (uint64_t)i;
+        for (int64_t r = 0; r < rows && row && d->buf[i]; r++) {
+            for (int64_t e = 0; e < k; e++)
+                row[e] = rnd();
+            CHECK_OK(kiln_quantize_row(t, row, (char *)d->buf[i] + (size_t)r * x->nb[1], k));
+        }
+        free(row);
+    }
+    x->data = d->buf[i];
+    return x;
+}
+
+static kiln_tensor *ids_leaf(kiln_graph *g, bo_data *d, int i, int64_t n, int32_t R) {
+    kiln_tensor *x = kiln__graph_leaf(g, "ids", KILN_TYPE_I32, 1, &n, NULL, KILN_TENSOR_INPUT);
+    if (!x) return NULL;
+    if (!d->buf[i]) {
+        int32_t *v = d->buf[i] = malloc((size_t)n * sizeof *v);
+        for (int64_t t = 0; t < n && v; t++)
+            v[t] = (int32_t)((t * 7 + 3) % R);
+        if (v && n > 2) v[n - 1] = R; /* out of range: zeros */
+    }
+    x->data = d->buf[i];
+    return x;
+}
+
+static kiln_tensor *pos_leaf(kiln_graph *g, bo_data *d, int i, int64_t n) {
+    static const int32_t pos[] = {0, 1, 2, 100, 511, 7, 33, 250};
+    kiln_tensor *x = kiln__graph_leaf(g, "pos", KILN_TYPE_I32, 1, &n, NULL, KILN_TENSOR_INPUT);
+    if (!x) return NULL;
+    if (!d->buf[i]) {
+        int32_t *v = d->buf[i] = malloc((size_t)n * sizeof *v);
+        for (int64_t t = 0; t < n && v; t++)
+            v[t] = pos[t % 8];
+    }
+    x->data = d->buf[i];
+    return x;
+}
+
+static int dims(const int64_t *ne) {
+    return ne[3] > 1 ? 4 : ne[2] > 1 ? 3 : ne[1] > 1 ? 2 : 1;
+}
+
+/* The case's one node. Inputs are flagged INPUT (copied into a device's arena); weights WEIGHT. */
+static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
+    const uint32_t in = KILN_TENSOR_INPUT, w = KILN_TENSOR_WEIGHT;
+    kiln_tensor *a, *b;
+    switch (c->op) {
+    case KILN_OP_ADD:
+    case KILN_OP_MUL:
+    case KILN_OP_SWIGLU:
+    case KILN_OP_ADD_ACT:
+        if (c->variant == 1) { /* a strided source: the transpose of a [a1, a0] leaf */
+            int64_t t[2] = {c->a[1], c->a[0]};
+            a = kiln__transpose(g, leaf(g, d, 0, KILN_TYPE_F32, 2, t, in));
+        } else {
+            a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
+        }
+        b = leaf(g, d, 1, KILN_TYPE_F32, dims(c->b), c->b, c->variant == 2 ? w : in);
+        if (c->op == KILN_OP_ADD) return kiln__add(g, a, b);
+        if (c->op == KILN_OP_MUL) return kiln__mul(g, a, b);
+        if (c->op == KILN_OP_SWIGLU) return kiln__swiglu(g, a, b);
+        return kiln__add_act(g, a, b, c->variant >= 3 ? c->variant - 2 : KILN_ACT_SILU);
+    case KILN_OP_SCALE:
+    case KILN_OP_SILU:
+    case KILN_OP_GELU:
+    case KILN_OP_RELU:
+    case KILN_OP_TANH:
+    case KILN_OP_CONT:
+        if (c->variant == 1) { /* the transpose of a [a1, a0] leaf (cont takes any layout) */
+            int64_t t[2] = {c->a[1], c->a[0]};
+            a = kiln__transpose(g, leaf(g, d, 0, KILN_TYPE_F32, 2, t, in));
+        } else if (c->variant == 2) { /* rows with gaps, at an offset: every other row of a wider leaf */
+            int64_t wide[2] = {2 * c->a[0] + 1, c->a[1]};
+            size_t nb[2] = {4, 4 * (size_t)wide[0]};
+            a = kiln__view(g, leaf(g, d, 0, KILN_TYPE_F32, 2, wide, in), 2, c->a, nb, 12);
+        } else {
+            a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
+        }
+        if (c->op == KILN_OP_SCALE) return kiln__scale(g, a, 1.7f, -0.25f);
+        if (c->op == KILN_OP_SILU) return kiln__silu(g, a);
+        if (c->op == KILN_OP_GELU) return kiln__gelu(g, a);
+        if (c->op == KILN_OP_RELU) return kiln__relu(g, a);
+        if (c->op == KILN_OP_TANH) return kiln__tanh(g, a);
+        return kiln__cont(g, a);
+    case KILN_OP_RMS_NORM:
+        return kiln__rms_norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
+    case KILN_OP_NORM: return kiln__norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
+    case KILN_OP_RMS_NORM_MUL:
+        return kiln__rms_norm_mul(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in),
+                                  leaf(g, d, 1, KILN_TYPE_F32, dims(c->b), c->b, w), 1e-6f);
+    case KILN_OP_SOFTMAX:
+        a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
+        if (a && c->variant == 1) { /* a masked row and a wholly hidden row */
+            float *x = d->buf[0];
+            for (int64_t i = 0; i < c->a[0]; i++) {
+                if (i % 3) x[i] = -INFINITY;
+                x[c->a[0] + i] = -INFINITY;
+            }
+        }
+        return kiln__softmax(g, a, 0.7f);
+    case KILN_OP_MATMUL:
+    case KILN_OP_LINEAR:
+        a = leaf(g, d, 0, c->wtype, dims(c->a), c->a, w);
+        b = leaf(g, d, 1, KILN_TYPE_F32, dims(c->b), c->b, in);
+        if (c->op == KILN_OP_MATMUL) return kiln__matmul(g, a, b);
+        return kiln__linear(g, a, b, c->variant ? leaf(g, d, 2, KILN_TYPE_F32, 1, &c->a[1], w) : NULL, 0.5f,
+                            c->variant ? KILN_ACT_GELU : KILN_ACT_SILU, 0);
+    case KILN_OP_GET_ROWS:
+        return kiln__get_rows(g, leaf(g, d, 0, c->wtype, 2, c->a, w),
+                              ids_leaf(g, d, 1, c->b[0], (int32_t)c->a[1]));
+    case KILN_OP_ROPE: {
+        int32_t n_rot = (int32_t)(c->variant & 1 ? c->a[0] / 2 : c->a[0]);
+        int64_t half = n_rot / 2;
+        a = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in);
+        b = pos_leaf(g, d, 1, c->a[2]);
+        kiln_tensor *f = c->variant & 4 ? leaf(g, d, 2, KILN_TYPE_F32, 1, &half, w) : NULL;
+        if (f) {
+            float *v = d->buf[2];
+            for (int64_t i = 0; i < half; i++)
+                v[i] = 1.0f + (float)i * 0.5f;
+        }
+        return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f,
+                              1.0f);
+    }
+    case KILN_OP_ATTENTION: { /* a = q [D, Hq, T], b = k and v [D, Hkv, C]; a causal mask, one row hidden */
+        int64_t mne[2] = {c->b[2], c->a[2]};
+        kiln_tensor *q = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in),
+                    *k = leaf(g, d, 1, KILN_TYPE_F32, 3, c->b, in);
+        kiln_tensor *v = leaf(g, d, 2, KILN_TYPE_F32, 3, c->b, in),
+                    *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
+        float *mask = d->buf[3];
+        for (int64_t t = 0; mask && t < mne[1]; t++)
+            for (int64_t j = 0; j < mne[0]; j++) {
+                bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1);
+                if (hidden)
+                    mask[t * mne[0] + j] = -INFINITY;
+                else if (c->variant == 0)
+                    mask[t * mne[0] + j] = 0.0f;
+            }
+        return kiln__attention(g, q, k, v, m, 0.35f);
+    }
+    default: return NULL;
+    }
+}
+
+/* Run the case on list[0..n) (the CPU last); out gets the output's floats. Returns the backend index
+ * that ran the node (-1 on failure). */
+static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list, int n, float *out,
+                    size_t cap, size_t *n_out) {
+    kiln_graph *g = NULL;
+    kiln_sched *s = NULL;
+    kiln_sched_plan *p = NULL;
+    kiln_buffer arenas[2] = {{0}};
+    int ran = -1;
+    *n_out = 0;
+    CHECK_OK(kiln__graph_create(64, &g));
+    if (!g) return -1;
+    kiln_tensor *node = build(g, c, d);
+    if (!node) {
+        harness_fail(__FILE__, __LINE__, "%s: the graph did not build: %s", c->name, kiln_last_error());
+        goto done;
+    }
+    kiln__graph_set_output(g, node);
+    CHECK_OK(kiln__graph_order(g));
+    CHECK_OK(kiln__sched_create(list, n, &s));
+    CHECK_OK(kiln__sched_plan_create(s, g, 1 << 20, &p));
+    if (!p) goto done;
+    for (int b = 0; b < n; b++) {
+        size_t need = kiln__sched_plan_arena_bytes(p, b);
+        if (need) CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, need, &arenas[b]));
+    }
+    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    CHECK_OK(kiln__sched_compute(p));
+    if (kiln__sched_plan_n_splits(p) == 1) ran = kiln__sched_plan_split_backend(p, 0);
+    const kiln_tensor *o = kiln__sched_plan_output(p, 0);
+    *n_out = (size_t)kiln__tensor_nelements(o);
+    if (*n_out <= cap) memcpy(out, o->data, *n_out * sizeof(float));
+done:
+    kiln__sched_plan_destroy(p);
+    kiln__sched_destroy(s);
+    for (int b = 0; b < n; b++)
+        if (arenas[b].backend) kiln__backend_buffer_free(list[b].backend, &arenas[b]);
+    kiln__graph_destroy(g);
+    return ran;
+}
+
+static const bo_case cases[] = {
+    {"add", KILN_OP_ADD, 0, {37, 5, 3, 1}, {37, 1, 3, 1}, 0, 1e-6f},
+    {"add broadcast rows", KILN_OP_ADD, 0, {300, 4, 1, 1}, {1, 4, 1, 1}, 0, 1e-6f},
+    {"add strided", KILN_OP_ADD, 0, {13, 9, 1, 1}, {13, 9, 1, 1}, 1, 1e-6f},
+    {"mul weight", KILN_OP_MUL, 0, {64, 7, 1, 1}, {64, 1, 1, 1}, 2, 1e-6f},
+    {"mul strided", KILN_OP_MUL, 0, {6, 11, 1, 1}, {6, 1, 1, 1}, 1, 1e-6f},
+    {"swiglu", KILN_OP_SWIGLU, 0, {65, 7, 1, 1}, {65, 7, 1, 1}, 0, 1e-6f},
+    {"add_act silu", KILN_OP_ADD_ACT, 0, {40, 3, 1, 1}, {40, 1, 1, 1}, 0, 1e-6f},
+    {"add_act relu", KILN_OP_ADD_ACT, 0, {40, 3, 1, 1}, {40, 1, 1, 1}, 3, 1e-6f},
+    {"add_act gelu", KILN_OP_ADD_ACT, 0, {40, 3, 1, 1}, {40, 1, 1, 1}, 4, 1e-6f},
+    {"scale", KILN_OP_SCALE, 0, {33, 7, 2, 1}, {0}, 0, 1e-6f},
+    {"silu", KILN_OP_SILU, 0, {33, 7, 2, 1}, {0}, 0, 1e-6f},
+    {"gelu", KILN_OP_GELU, 0, {1000, 3, 1, 1}, {0}, 0, 1e-6f},
+    {"relu rows with gaps", KILN_OP_RELU, 0, {9, 5, 1, 1}, {0}, 2, 1e-6f},
+    {"silu rows with gaps", KILN_OP_SILU, 0, {31, 4, 1, 1}, {0}, 2, 1e-6f},
+    {"tanh", KILN_OP_TANH, 0, {33, 7, 1, 1}, {0}, 0, 1e-6f},
+    {"cont of a transpose", KILN_OP_CONT, 0, {13, 9, 1, 1}, {0}, 1, 0.0f},
+    {"rms_norm", KILN_OP_RMS_NORM, 0, {100, 6, 1, 1}, {0}, 0, 1e-5f},
+    {"rms_norm long rows", KILN_OP_RMS_NORM, 0, {1000, 3, 2, 1}, {0}, 0, 1e-5f},
+    {"norm", KILN_OP_NORM, 0, {257, 5, 1, 1}, {0}, 0, 1e-5f},
+    {"rms_norm_mul", KILN_OP_RMS_NORM_MUL, 0, {64, 5, 1, 1}, {64, 1, 1, 1}, 0, 1e-5f},
+    {"softmax", KILN_OP_SOFTMAX, 0, {70, 5, 1, 1}, {0}, 0, 1e-5f},
+    {"softmax -inf rows", KILN_OP_SOFTMAX, 0, {70, 5, 1, 1}, {0}, 1, 1e-5f},
+    {"matmul f32", KILN_OP_MATMUL, KILN_TYPE_F32, {64, 33, 1, 1}, {64, 5, 1, 1}, 0, 1e-5f},
+    {"matmul f32 odd K", KILN_OP_MATMUL, KILN_TYPE_F32, {77, 10, 1, 1}, {77, 3, 1, 1}, 0, 1e-5f},
+    {"matmul f32 batched", KILN_OP_MATMUL, KILN_TYPE_F32, {32, 8, 2, 1}, {32, 3, 4, 1}, 0, 1e-5f},
+    {"matmul f16", KILN_OP_MATMUL, KILN_TYPE_F16, {96, 17, 1, 1}, {96, 4, 1, 1}, 0, 1e-5f},
+    {"matmul q8_0", KILN_OP_MATMUL, KILN_TYPE_Q8_0, {128, 19, 1, 1}, {128, 3, 1, 1}, 0, 1e-4f},
+    {"matmul q4_0", KILN_OP_MATMUL, KILN_TYPE_Q4_0, {256, 10, 1, 1}, {256, 4, 1, 1}, 0, 1e-4f},
+    {"linear f32 bias gelu", KILN_OP_LINEAR, KILN_TYPE_F32, {48, 12, 1, 1}, {48, 5, 1, 1}, 1, 1e-5f},
+    {"linear q8_0 silu", KILN_OP_LINEAR, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {64, 2, 1, 1}, 0, 1e-4f},
+    {"get_rows f32", KILN_OP_GET_ROWS, KILN_TYPE_F32, {64, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
+    {"get_rows f16", KILN_OP_GET_ROWS, KILN_TYPE_F16, {64, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
+    {"get_rows q8_0", KILN_OP_GET_ROWS, KILN_TYPE_Q8_0, {96, 20, 1, 1}, {5, 1, 1, 1}, 0, 1e-6f},
+    {"get_rows q4_0", KILN_OP_GET_ROWS, KILN_TYPE_Q4_0, {64, 20, 1, 1}, {9, 1, 1, 1}, 0, 1e-6f},
+    {"attention gqa causal", KILN_OP_ATTENTION, 0, {16, 4, 5, 1}, {16, 2, 9, 1}, 0, 1e-5f},
+    {"attention long, bias mask", KILN_OP_ATTENTION, 0, {8, 8, 3, 1}, {8, 8, 200, 1}, 1, 1e-5f},
+    {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 1e-5f},
+    {"rope neox partial", KILN_OP_ROPE, 0, {16, 3, 6, 1}, {0}, 3, 1e-5f},
+    {"rope neox factors", KILN_OP_ROPE, 0, {8, 2, 8, 1}, {0}, 6, 1e-5f},
+};
+
+static double rel_err(const float *got, const float *ref, size_t n) {
+    double worst = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)ref[i]);
+        if (isnan(got[i]) != isnan(ref[i])) return INFINITY;
+        if (e > worst) worst = e;
+        if (fabs((double)ref[i]) > mag) mag = fabs((double)ref[i]);
+    }
+    return mag > 0.0 ? worst / mag : worst;
+}
+
+enum { OUT_CAP = 1 << 16 };
+static float ref_out[OUT_CAP], got_out[OUT_CAP];
+static kiln_backend *cpu, *vulkan;
+
+static void check_backend(const bo_case *c, bo_data *d, kiln_backend *dev, float tol, const char *label) {
+    kiln_sched_backend list[2] = {{dev, 0}, {cpu, 0}};
+    size_t n_ref = 0, n_got = 0;
+    int ran;
+    run_case(c, d, &list[1], 1, ref_out, OUT_CAP, &n_ref);
+    ran = run_case(c, d, list, 2, got_out, OUT_CAP, &n_got);
+    if (ran != 0) {
+        harness_fail(__FILE__, __LINE__, "%s: %s did not run the node alone (split backend %d)", c->name,
+                     label, ran);
+        return;
+    }
+    CHECK_EQ_INT(n_got, n_ref);
+    double err = rel_err(got_out, ref_out, n_ref);
+    if (tol > 0.0f) printf("  %-8s %-24s error %.2g (tolerance %.0g)\n", label, c->name, err, tol);
+    if (!(err <= tol))
+        harness_fail(__FILE__, __LINE__, "%s on %s: error %.3g over tolerance %.3g", c->name, label, err,
+                     tol);
+}
+
+static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(void) {
+    for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
+        bo_data d = {{0}};
+        kiln_backend *r = NULL;
+        CHECK_OK(kiln__backend_cpu_restricted_create(1, &cases[i].op, 1, &r));
+        if (r) check_backend(&cases[i], &d, r, 0.0f, "cpu-restricted");
+        kiln__backend_destroy(r);
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
+    }
+}
+
+static void every_op_on_vulkan_matches_the_cpu_within_its_tolerance(void) {
+    if (!vulkan) {
+        printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
+        return;
+    }
+    for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
+        bo_data d = {{0}};
+        check_backend(&cases[i], &d, vulkan, cases[i].tol, "vulkan");
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
+    }
+}
+
+int main(void) {
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu));
+    if (kiln__backend_vulkan_create(0, &vulkan) != KILN_OK) vulkan = NULL;
+    RUN(every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit);
+    RUN(every_op_on_vulkan_matches_the_cpu_within_its_tolerance);
+    kiln__backend_destroy(vulkan);
+    kiln__backend_destroy(cpu);
+    return harness_finish();
+}

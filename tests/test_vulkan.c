@@ -1,0 +1,684 @@
+/*
+ * test_vulkan.c - the Vulkan backend (docs/vulkan.md) on whatever Vulkan device the machine has (Mesa's
+ * lavapipe on this project's machines; every test is skipped, with a message, when there is none):
+ *   - the device list, and `auto` never picking a CPU device;
+ *   - the buffer verbs and every kind of sub-buffer view, read back after device writes, byte for byte;
+ *   - a weight over maxStorageBufferRange bound in row ranges;
+ *   - a committed range recorded once and replayed with new inputs;
+ *   - the pool's size-bucket reuse and least-recently-used eviction, by its counters;
+ *   - the memory pool against no pool on a real workload (stories260K, a prefill and 64 decode steps);
+ *   - greedy generation on "vulkan" against the public goldens of test_generate.c, and the logits against
+ *     the CPU's within a tolerance; the KV cache on the device, the whole decode one split;
+ *   - forced fallbacks (an op refused, an allocation failing at start, no loader) give the CPU's output.
+ * The fallbacks and the pool comparison use the backend's test hooks (kiln__vulkan_set_test_hooks in
+ * backend.h: an op refused, an allocation failing, no pool, another loader library).
+ */
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+#include "runtime/sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool have_vulkan;
+
+static bool skip(void) {
+    if (!have_vulkan)
+        printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
+    return !have_vulkan;
+}
+
+/* ---- Goldens (tests/data/golden, as test_generate.c reads them) ---- */
+
+static size_t json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap) {
+    const char *p = strstr(json, section);
+    size_t n = 0;
+    if (!p || !(p = strstr(p, key)) || !(p = strchr(p, '['))) return 0;
+    for (p++; *p && *p != ']' && n < cap;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        out[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+typedef struct golden {
+    int32_t prompt[16];
+    size_t n_prompt;
+    int32_t ids[256];
+    size_t n_ids;
+} golden;
+
+static void load_golden(const char *section, golden *g) {
+    char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
+    CHECK(json != NULL);
+    if (!json) return;
+    g->n_prompt = json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
+    g->n_ids = json_ids(json, section, "\"token_ids\"", g->ids, 256);
+    free(json);
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static kiln_model *load(const char *devices) {
+    kiln_model_params mp = kiln_model_params_default();
+    kiln_model *m = NULL;
+    mp.n_threads = 2;
+    mp.devices = devices;
+    CHECK_OK(kiln_model_load_ex(KILN_MODEL_PATH, &mp, &m));
+    return m;
+}
+
+/* Greedy from the prompt to n_total ids; the first step's logits go to first_logits (may be NULL). */
+static const char *greedy_passes; /* the graph passes of greedy's contexts (NULL: all) */
+
+static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *out, float *first_logits) {
+    kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    const float *logits = NULL;
+    size_t n = g->n_prompt;
+    p.n_ctx = 256;
+    p.passes = greedy_passes;
+    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (!ctx) return 0;
+    memcpy(out, g->prompt, g->n_prompt * sizeof *out);
+    CHECK_OK(kiln_ctx_decode(ctx, g->prompt, (int32_t)g->n_prompt, &logits));
+    if (logits && first_logits) memcpy(first_logits, logits, (size_t)kiln_model_n_vocab(m) * sizeof(float));
+    while (logits && n < n_total) {
+        out[n] = argmax(logits, kiln_model_n_vocab(m));
+        if (++n < n_total) CHECK_OK(kiln_ctx_decode(ctx, &out[n - 1], 1, &logits));
+    }
+    kiln_ctx_destroy(ctx);
+    return n;
+}
+
+static void check_ids(const golden *g, const int32_t *ids, size_t n, const char *what) {
+    CHECK_EQ_INT(n, g->n_ids);
+    for (size_t i = 0; i < n && i < g->n_ids; i++)
+        if (ids[i] != g->ids[i]) {
+            harness_fail(__FILE__, __LINE__, "%s: id %zu is %d, golden %d", what, i, ids[i], g->ids[i]);
+            return;
+        }
+}
+
+/* ---- Devices ---- */
+
+static void the_device_list_describes_each_device_and_auto_never_picks_a_cpu_device(void) {
+    kiln_device_info d;
+    bool any_gpu = false;
+    kiln_model *m;
+    if (skip()) return;
+    CHECK(kiln_device_count() >= 1);
+    CHECK_STATUS(kiln_device_get(kiln_device_count(), &d), KILN_E_RANGE);
+    for (int32_t i = 0; i < kiln_device_count(); i++) {
+        CHECK_OK(kiln_device_get(i, &d));
+        CHECK_EQ_INT(d.index, i);
+        CHECK(d.name[0] != '\0');
+        CHECK(d.n_heaps >= 1 && d.heap_bytes[0] > 0);
+        CHECK(d.max_storage_buffer_range >= (1u << 27) - 1); /* the Vulkan minimum is 2^27 - 1 */
+        CHECK(d.subgroup_size >= 1 && d.max_shared_memory >= 16384);
+        any_gpu |= d.type == KILN_DEVICE_DISCRETE_GPU || d.type == KILN_DEVICE_INTEGRATED_GPU;
+    }
+    if (any_gpu) return; /* auto would take the GPU; the rest pins the CPU-only machine */
+    m = load("auto");
+    if (!m) return;
+    CHECK_STR(kiln_model_backends(m), "cpu");
+    CHECK(kiln_model_device_note(m) && strstr(kiln_model_device_note(m), "no discrete or integrated GPU"));
+    kiln_model_destroy(m);
+    m = load("vulkan");
+    if (m) CHECK(strncmp(kiln_model_backends(m), "vulkan:0 (", 10) == 0 && kiln_model_device_note(m) == NULL);
+    kiln_model_destroy(m);
+}
+
+/* ---- Buffers and views ---- */
+
+enum { BIG = (9 << 20) + 13 }; /* more than two trips through the 4 MiB staging ring, odd-sized */
+
+static void the_buffer_verbs_move_every_byte_of_every_sub_range(void) {
+    kiln_backend *vk = NULL;
+    kiln_buffer a = {0}, b = {0};
+    unsigned char *host = malloc(BIG), *model = malloc(BIG), *back = malloc(BIG);
+    if (skip() || !host || !model || !back) goto done;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    if (!vk) goto done;
+    CHECK(!kiln__backend_is_host(vk));
+    CHECK_OK(kiln__backend_buffer_alloc(vk, BIG, &a));
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 4099, &b));
+    for (size_t i = 0; i < BIG; i++)
+        host[i] = (unsigned char)(i * 131u + (i >> 9));
+    memcpy(model, host, BIG);
+    CHECK_OK(kiln__buffer_set(&a, 0, host, BIG));
+    /* Sets, fills and copies at odd offsets and lengths, mirrored on the host model. */
+    CHECK_OK(kiln__buffer_set(&a, 4097, host + 77, 12345));
+    memcpy(model + 4097, host + 77, 12345);
+    CHECK_OK(kiln__buffer_memset(&a, 3, 0xab, 1001)); /* unaligned: through the ring */
+    memset(model + 3, 0xab, 1001);
+    CHECK_OK(kiln__buffer_memset(&a, 8192, 0x5c, 4096)); /* aligned: a device fill */
+    memset(model + 8192, 0x5c, 4096);
+    CHECK_OK(kiln__buffer_copy(&a, 100, &a, 150, (5 << 20) + 1)); /* overlapping, forwards */
+    memmove(model + 150, model + 100, (5 << 20) + 1);
+    CHECK_OK(kiln__buffer_copy(&a, 7000001, &a, 6999990, 1 << 20)); /* overlapping, backwards */
+    memmove(model + 6999990, model + 7000001, 1 << 20);
+    CHECK_OK(kiln__buffer_copy(&a, 333, &b, 1, 4098)); /* into another buffer */
+    CHECK_OK(kiln__buffer_copy(&b, 1, &a, BIG - 4098, 4098));
+    memmove(model + BIG - 4098, model + 333, 4098);
+    CHECK_OK(kiln__buffer_get(&a, 0, back, BIG));
+    CHECK(memcmp(back, model, BIG) == 0);
+    /* Reads of sub-ranges at every small offset and length. */
+    for (size_t off = 0; off < 9; off++)
+        for (size_t len = 1; len < 70; len += 7) {
+            unsigned char piece[80];
+            CHECK_OK(kiln__buffer_get(&a, (4 << 20) - 4 + off, piece, len));
+            if (memcmp(piece, model + (4 << 20) - 4 + off, len)) {
+                harness_fail(__FILE__, __LINE__, "get at %zu + %zu differs", (size_t)(4 << 20) - 4 + off,
+                             len);
+                off = 9;
+                break;
+            }
+        }
+    CHECK_STATUS(kiln__buffer_get(&a, BIG - 1, back, 2), KILN_E_RANGE);
+done:
+    if (vk) {
+        kiln__backend_buffer_free(vk, &a);
+        kiln__backend_buffer_free(vk, &b);
+    }
+    kiln__backend_destroy(vk);
+    free(host);
+    free(model);
+    free(back);
+}
+
+/* Kernels reading views at offsets that are not binding-aligned (rows with gaps, a transpose, a slice
+ * of a weight) and writing into the arena; each output is read back and checked exactly (x2 is exact). */
+static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
+    enum { N = 1000 };
+    static float x[N], w[N];
+    kiln_backend *vk = NULL, *cpu = NULL;
+    kiln_graph *g = NULL;
+    kiln_sched *s = NULL;
+    kiln_sched_plan *p = NULL;
+    kiln_buffer arenas[2] = {{0}};
+    if (skip()) return;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)i * 0.25f - 100.0f, w[i] = (float)(i % 97) - 48.0f;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu));
+    CHECK_OK(kiln__graph_create(64, &g));
+    if (!vk || !cpu || !g) goto done;
+    int64_t n = N;
+    kiln_tensor *xl = kiln__graph_leaf(g, "x", KILN_TYPE_F32, 1, &n, x, KILN_TENSOR_INPUT);
+    kiln_tensor *wl = kiln__graph_leaf(g, "w", KILN_TYPE_F32, 1, &n, w, KILN_TENSOR_WEIGHT);
+    int64_t ne1[1] = {37}, ne2[2] = {10, 5}, ne3[2] = {7, 3};
+    size_t nb1[1] = {4}, nb2[2] = {4, 4 * 13}, nb3[2] = {4, 4 * 11};
+    kiln_tensor *outs[5];
+    outs[0] = kiln__scale(g, kiln__view(g, xl, 1, ne1, nb1, 4 * 3), 2.0f, 0.0f); /* a slice at 12 bytes */
+    outs[1] = kiln__cont(g, kiln__view(g, xl, 2, ne2, nb2, 4 * 101));            /* rows with gaps */
+    outs[2] = kiln__cont(g, kiln__transpose(g, kiln__view(g, xl, 2, ne3, nb3, 4 * 5))); /* a transpose */
+    outs[3] = kiln__scale(g, kiln__view(g, wl, 1, ne1, nb1, 4 * 501), 2.0f, 0.0f);      /* a weight's slice */
+    outs[4] =
+        kiln__cont(g, kiln__view(g, outs[0], 2, ne3, nb3, 4 * 1)); /* rows with gaps of a device result */
+    for (int i = 0; i < 5; i++)
+        kiln__graph_set_output(g, outs[i]);
+    CHECK_OK(kiln__graph_order(g));
+    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+    CHECK_OK(kiln__sched_create(list, 2, &s));
+    CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
+    if (!p) goto done;
+    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
+    CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
+    for (int b = 0; b < 2; b++)
+        if (kiln__sched_plan_arena_bytes(p, b))
+            CHECK_OK(
+                kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    CHECK_OK(kiln__sched_compute(p));
+    const float *o0 = kiln__sched_plan_output(p, 0)->data, *o1 = kiln__sched_plan_output(p, 1)->data;
+    const float *o2 = kiln__sched_plan_output(p, 2)->data, *o3 = kiln__sched_plan_output(p, 3)->data;
+    const float *o4 = kiln__sched_plan_output(p, 4)->data;
+    int bad = 0;
+    for (int i = 0; i < 37; i++)
+        bad += o0[i] != 2.0f * x[3 + i] || o3[i] != 2.0f * w[501 + i];
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 10; c++)
+            bad += o1[r * 10 + c] != x[101 + r * 13 + c];
+    for (int r = 0; r < 7; r++) /* transpose of [7, 3] with row stride 11: out[r][c] = v[c][r] */
+        for (int c = 0; c < 3; c++)
+            bad += o2[r * 3 + c] != x[5 + c * 11 + r];
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 7; c++)
+            bad += o4[r * 7 + c] != 2.0f * x[3 + 1 + r * 11 + c];
+    CHECK_EQ_INT(bad, 0);
+    /* The arena read back through get at each output's place and at odd sub-offsets. */
+    for (int i = 0; i < 5; i++) {
+        const kiln_tensor *t = kiln__graph_output(g, i), *h = kiln__sched_plan_output(p, i);
+        size_t bytes = kiln__tensor_nbytes(t);
+        unsigned char back[4096];
+        for (size_t off = 0; off + 3 < bytes && off < 9; off += 3) {
+            CHECK_OK(kiln__buffer_get(&arenas[0], t->plan_offset + off, back, bytes - off));
+            CHECK(memcmp(back, (const unsigned char *)h->data + off, bytes - off) == 0);
+        }
+    }
+done:
+    kiln__sched_plan_destroy(p);
+    kiln__sched_destroy(s);
+    for (int b = 0; b < 2; b++)
+        if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
+    kiln__graph_destroy(g);
+    kiln__backend_destroy(vk);
+    kiln__backend_destroy(cpu);
+}
+
+/* A weight of 1024 x 33000 floats (135 MB) is over lavapipe's 128 MiB binding limit: it is bound in
+ * ranges of rows, and the product matches the CPU's. */
+static void a_weight_over_the_binding_limit_is_bound_in_row_ranges(void) {
+    enum { K = 1024, NR = 33000, M = 2 };
+    float *wt = malloc((size_t)K * NR * sizeof(float)), xs[K * M];
+    kiln_backend *vk = NULL, *cpu = NULL;
+    kiln_device_info d;
+    if (skip() || !wt) goto done;
+    CHECK_OK(kiln_device_get(0, &d));
+    if ((uint64_t)K * NR * 4 <= d.max_storage_buffer_range) {
+        printf("  skipped: device 0 binds %llu bytes at once\n",
+               (unsigned long long)d.max_storage_buffer_range);
+        goto done;
+    }
+    for (size_t i = 0; i < (size_t)K * NR; i++)
+        wt[i] = (float)(((uint32_t)i * 2654435761u) >> 22) / 1024.0f - 0.5f;
+    for (int i = 0; i < K * M; i++)
+        xs[i] = (float)(i % 17) / 16.0f - 0.5f;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    CHECK_OK(kiln__backend_cpu_create(2, &cpu));
+    float *out[2] = {NULL, NULL};
+    for (int run = 0; run < 2 && vk && cpu; run++) {
+        kiln_graph *g = NULL;
+        kiln_sched *s = NULL;
+        kiln_sched_plan *p = NULL;
+        kiln_buffer arenas[2] = {{0}};
+        kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+        int64_t wne[2] = {K, NR}, xne[2] = {K, M};
+        CHECK_OK(kiln__graph_create(16, &g));
+        kiln_tensor *y =
+            kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, wt, KILN_TENSOR_WEIGHT),
+                         kiln__graph_leaf(g, "x", KILN_TYPE_F32, 2, xne, xs, KILN_TENSOR_INPUT));
+        kiln__graph_set_output(g, y);
+        CHECK_OK(kiln__graph_order(g));
+        CHECK_OK(kiln__sched_create(run == 0 ? &list[1] : list, run == 0 ? 1 : 2, &s));
+        CHECK_OK(kiln__sched_plan_create(s, g, M, &p));
+        if (p && run == 1) CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
+        for (int b = 0; p && b < 2 - (run == 0); b++) {
+            kiln_backend *be = run == 0 ? cpu : list[b].backend;
+            if (kiln__sched_plan_arena_bytes(p, b))
+                CHECK_OK(kiln__backend_buffer_alloc(be, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+        }
+        if (p) CHECK_OK(kiln__sched_plan_commit(p, arenas));
+        if (p) CHECK_OK(kiln__sched_compute(p));
+        if (p && (out[run] = malloc((size_t)NR * M * sizeof(float))))
+            memcpy(out[run], kiln__sched_plan_output(p, 0)->data, (size_t)NR * M * sizeof(float));
+        kiln__sched_plan_destroy(p);
+        kiln__sched_destroy(s);
+        for (int b = 0; b < 2; b++)
+            if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
+        kiln__graph_destroy(g);
+    }
+    if (out[0] && out[1]) {
+        double worst = 0, mag = 0;
+        for (size_t i = 0; i < (size_t)NR * M; i++) {
+            worst = fmax(worst, fabs((double)out[0][i] - out[1][i]));
+            mag = fmax(mag, fabs((double)out[0][i]));
+        }
+        printf("  %d rows in ranges: max error %.2g of max |y| %.3g\n", NR, worst, mag);
+        CHECK(worst <= 1e-5 * mag);
+    }
+    free(out[0]);
+    free(out[1]);
+done:
+    kiln__backend_destroy(vk);
+    kiln__backend_destroy(cpu);
+    free(wt);
+}
+
+/* ---- Recording once, replaying ---- */
+
+/* y = silu(W x) + x on the device, computed 4 times with new input values: recorded once, replayed 3
+ * times, each result right; a new arena (other addresses) records again. */
+static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void) {
+    enum { K = 64, NR = 64 };
+    static float w[K * NR], x[K];
+    kiln_backend *vk = NULL, *cpu = NULL;
+    kiln_graph *g = NULL;
+    kiln_sched *s = NULL;
+    kiln_sched_plan *p = NULL;
+    kiln_buffer arenas[2][2] = {{{0}}};
+    uint64_t recorded = 0, replayed = 0;
+    if (skip()) return;
+    for (int i = 0; i < K * NR; i++)
+        w[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu));
+    CHECK_OK(kiln__graph_create(16, &g));
+    if (!vk || !cpu || !g) goto done;
+    int64_t wne[2] = {K, NR}, xne[1] = {K};
+    kiln_tensor *xl = kiln__graph_leaf(g, "x", KILN_TYPE_F32, 1, xne, x, KILN_TENSOR_INPUT);
+    kiln_tensor *y = kiln__add(
+        g,
+        kiln__silu(
+            g, kiln__matmul(g, kiln__graph_leaf(g, "w", KILN_TYPE_F32, 2, wne, w, KILN_TENSOR_WEIGHT), xl)),
+        xl);
+    kiln__graph_set_output(g, y);
+    CHECK_OK(kiln__graph_order(g));
+    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+    CHECK_OK(kiln__sched_create(list, 2, &s));
+    CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
+    if (!p) goto done;
+    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            if (kiln__sched_plan_arena_bytes(p, b))
+                CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b),
+                                                    &arenas[a][b]));
+    for (int step = 0; step < 6; step++) {
+        int bad = 0;
+        if (step == 0 || step == 4) CHECK_OK(kiln__sched_plan_commit(p, arenas[step == 4]));
+        for (int i = 0; i < K; i++)
+            x[i] = (float)((i + step * 5) % 13) / 13.0f - 0.4f;
+        CHECK_OK(kiln__sched_compute(p));
+        const float *out = kiln__sched_plan_output(p, 0)->data;
+        for (int n = 0; n < NR; n++) {
+            float dot = 0.0f;
+            for (int k = 0; k < K; k++)
+                dot += w[n * K + k] * x[k];
+            float want = dot / (1.0f + expf(-dot)) + x[n];
+            bad += fabsf(out[n] - want) > 1e-5f * (1.0f + fabsf(want));
+        }
+        if (bad) harness_fail(__FILE__, __LINE__, "step %d: %d outputs wrong", step, bad);
+    }
+    kiln__backend_vulkan_replays(vk, &recorded, &replayed);
+    printf("  6 computes over 2 arenas: %llu recorded, %llu replayed\n", (unsigned long long)recorded,
+           (unsigned long long)replayed);
+    CHECK_EQ_INT(recorded, 2);
+    CHECK_EQ_INT(replayed, 4);
+done:
+    kiln__sched_plan_destroy(p);
+    kiln__sched_destroy(s);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            if (arenas[a][b].backend) kiln__backend_buffer_free(arenas[a][b].backend, &arenas[a][b]);
+    kiln__graph_destroy(g);
+    kiln__backend_destroy(vk);
+    kiln__backend_destroy(cpu);
+}
+
+/* ---- The pool's buckets and LRU ---- */
+
+/* Freed buffers are kept and taken back by a request of their size bucket; beyond the cache's 256 MiB the
+ * least recently freed are released, and their blocks given back to the driver. 48 MiB buffers are more
+ * than half a 64 MiB block, so each is a block of its own and the counts are exact. */
+static void freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first(void) {
+    enum { N = 6 };
+    const size_t big = (size_t)48 << 20;
+    kiln_backend *vk = NULL;
+    kiln_buffer bufs[N] = {{0}}, again = {0}, small = {0}, other = {0};
+    kiln_backend_memory m0, m;
+    if (skip()) return;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    if (!vk) return;
+    kiln__backend_memory(vk, &m0); /* the start-up probe's block */
+    for (int i = 0; i < N; i++)
+        CHECK_OK(kiln__backend_buffer_alloc(vk, big, &bufs[i]));
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
+    for (int i = 0; i < N; i++)
+        kiln__backend_buffer_free(vk, &bufs[i]);
+    kiln__backend_memory(vk, &m);
+    /* 6 x 48 = 288 MiB freed, after the start-up probe's small buffer: to get back within 256 MiB the two
+     * least recently freed go, the probe's (its block, now empty, with it) and the first 48 MiB one. */
+    CHECK_EQ_INT(m.device.evictions - m0.device.evictions, 2);
+    CHECK_EQ_INT(m.device.frees - m0.device.frees, 2);
+    CHECK_OK(kiln__backend_buffer_alloc(vk, big - 4096, &again)); /* same bucket: a reuse, no allocation */
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N);
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &small)); /* no cached buffer of its bucket: a new block */
+    CHECK_OK(kiln__backend_buffer_alloc(vk, 1000, &other)); /* carved from that block */
+    kiln__backend_memory(vk, &m);
+    CHECK_EQ_INT(m.device.reuses - m0.device.reuses, 1);
+    CHECK_EQ_INT(m.device.allocations - m0.device.allocations, N + 1);
+    CHECK(m.device.peak_bytes >= (uint64_t)N * big);
+    printf(
+        "  %llu allocations, %llu frees, %llu requests, %llu reuses, %llu evictions, peak %.0f MiB in use\n",
+        (unsigned long long)m.device.allocations, (unsigned long long)m.device.frees,
+        (unsigned long long)m.device.requests, (unsigned long long)m.device.reuses,
+        (unsigned long long)m.device.evictions, (double)m.device.peak_bytes / 1048576.0);
+    kiln__backend_buffer_free(vk, &again);
+    kiln__backend_buffer_free(vk, &small);
+    kiln__backend_buffer_free(vk, &other);
+    kiln__backend_destroy(vk);
+}
+
+/* ---- The pool on a real workload ---- */
+
+/* A prompt and 64 greedy decode steps on "vulkan"; the model's device memory figures in *mem. */
+static void workload(kiln_device_memory *mem) {
+    golden g = {0};
+    int32_t ids[256];
+    kiln_model_memory mm;
+    kiln_model *m = load("vulkan");
+    memset(mem, 0, sizeof *mem);
+    if (!m) return;
+    load_golden("\"once_upon_a_time_64\"", &g);
+    greedy(m, &g, g.n_prompt + 64, ids, NULL);
+    CHECK_OK(kiln_model_memory_info(m, &mm));
+    *mem = mm.device;
+    kiln_model_destroy(m);
+}
+
+static void the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool(void) {
+    kiln_device_memory pooled, plain;
+    if (skip()) return;
+    workload(&pooled);
+    const kiln_vulkan_test_hooks no_pool = {.no_pool = true};
+    kiln__vulkan_set_test_hooks(&no_pool);
+    workload(&plain);
+    kiln__vulkan_set_test_hooks(NULL);
+    printf("  pool:    %llu device allocations, %llu requests, %llu reuses, %llu evictions, %llu bytes held, "
+           "peak %llu bytes in use, weights %llu bytes\n",
+           (unsigned long long)pooled.allocations, (unsigned long long)pooled.requests,
+           (unsigned long long)pooled.reuses, (unsigned long long)pooled.evictions,
+           (unsigned long long)pooled.bytes, (unsigned long long)pooled.peak_bytes,
+           (unsigned long long)pooled.weight_bytes);
+    printf("  no pool: %llu device allocations, %llu requests, %llu frees\n",
+           (unsigned long long)plain.allocations, (unsigned long long)plain.requests,
+           (unsigned long long)plain.frees);
+    CHECK(pooled.requests > 0 && plain.requests == pooled.requests);
+    CHECK(plain.allocations >= 2);
+    CHECK(pooled.allocations * 2 <= plain.allocations);
+}
+
+/* ---- End to end ---- */
+
+static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
+    static const char *sections[2] = {"\"bos_only_200\"", "\"once_upon_a_time_64\""};
+    kiln_model *vk, *cpu;
+    if (skip()) return;
+    vk = load("vulkan");
+    cpu = load(NULL);
+    for (int k = 0; k < 2 && vk && cpu; k++) {
+        golden g = {0};
+        int32_t ids[256];
+        int32_t V = kiln_model_n_vocab(cpu);
+        float *lv = malloc((size_t)V * sizeof(float)), *lc = malloc((size_t)V * sizeof(float));
+        load_golden(sections[k], &g);
+        if (!lv || !lc || !g.n_ids) {
+            free(lv);
+            free(lc);
+            continue;
+        }
+        check_ids(&g, ids, greedy(vk, &g, g.n_ids, ids, lv), sections[k]);
+        greedy(cpu, &g, g.n_prompt + 1, ids, lc);
+        double worst = 0.0, mag = 0.0;
+        for (int32_t i = 0; i < V; i++) {
+            worst = fmax(worst, fabs((double)lv[i] - lc[i]));
+            mag = fmax(mag, fabs((double)lc[i]));
+        }
+        printf("  %s: %zu ids as the golden; first logits differ from the CPU's by at most %.2g (max |logit| "
+               "%.3g)\n",
+               sections[k], g.n_ids, worst, mag);
+        CHECK(worst <= 1e-4 * mag);
+        free(lv);
+        free(lc);
+    }
+    kiln_model_destroy(vk);
+    kiln_model_destroy(cpu);
+}
+
+/* With env set (name=value), a model on "vulkan" gives the golden ids; its backends and note checked. */
+/* With the test hooks h, a model on "vulkan" gives the golden ids; its backends and note checked. */
+static void fallback_case(const char *what, const kiln_vulkan_test_hooks *h, const char *backends_prefix,
+                          const char *note) {
+    golden g = {0};
+    int32_t ids[256];
+    kiln_model *m;
+    kiln__vulkan_set_test_hooks(h);
+    m = load("vulkan");
+    kiln__vulkan_set_test_hooks(NULL);
+    if (!m) return;
+    load_golden("\"once_upon_a_time_64\"", &g);
+    check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), what);
+    if (strncmp(kiln_model_backends(m), backends_prefix, strlen(backends_prefix)))
+        harness_fail(__FILE__, __LINE__, "%s: backends '%s'", what, kiln_model_backends(m));
+    if (note && (!kiln_model_device_note(m) || !strstr(kiln_model_device_note(m), note)))
+        harness_fail(__FILE__, __LINE__, "%s: note '%s' lacks '%s'", what,
+                     kiln_model_device_note(m) ? kiln_model_device_note(m) : "(none)", note);
+    kiln_model_destroy(m);
+}
+
+/* Without the passes attention is plain ops (matmul over a permuted cache view, cont, softmax), all of
+ * which the device must run since the cache lives there; the goldens still hold. */
+static void the_goldens_hold_on_vulkan_without_the_graph_passes(void) {
+    golden g = {0};
+    int32_t ids[256];
+    kiln_model *m;
+    if (skip()) return;
+    m = load("vulkan");
+    load_golden("\"once_upon_a_time_64\"", &g);
+    greedy_passes = "none";
+    if (m) check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), "passes none");
+    greedy_passes = NULL;
+    kiln_model_destroy(m);
+}
+
+static void forced_fallbacks_give_the_cpu_output(void) {
+    const kiln_vulkan_test_hooks refuse_matmul = {.refuse = KILN_OP_MATMUL};
+    const kiln_vulkan_test_hooks refuse_norm = {.refuse = KILN_OP_RMS_NORM_MUL};
+    const kiln_vulkan_test_hooks fail_first = {.fail_alloc = 1};
+    const kiln_vulkan_test_hooks no_loader = {.loader = "libkiln-no-such-loader.so.1"};
+    if (skip()) return;
+    fallback_case("matmul refused", &refuse_matmul, "vulkan:0", NULL);
+    fallback_case("rms_norm_mul refused", &refuse_norm, "vulkan:0", NULL);
+    fallback_case("first allocation failing", &fail_first, "cpu", "injected by a test");
+    fallback_case("no loader", &no_loader, "cpu", "no Vulkan loader");
+}
+
+/* An allocation failing after start is a clean error of the call that needed it, not a crash. Without the
+ * pool every buffer is a block of its own: block 1 is the start-up probe, block 2 the context's KV cache
+ * (it lives on the device), block 3 the first buffer a decode asks for. */
+static void a_device_allocation_failing_later_is_a_clean_error(void) {
+    for (int32_t failing = 2; failing <= 3; failing++) {
+        kiln_model *m;
+        kiln_ctx *ctx = NULL;
+        kiln_ctx_params p = harness_ctx_params();
+        const float *logits = NULL;
+        int32_t tok = 1;
+        const kiln_vulkan_test_hooks hooks = {.fail_alloc = failing, .no_pool = true};
+        if (skip()) return;
+        kiln__vulkan_set_test_hooks(&hooks);
+        m = load("vulkan");
+        kiln__vulkan_set_test_hooks(NULL);
+        if (!m) return;
+        p.n_ctx = 64;
+        if (failing == 2) {
+            CHECK_STATUS(kiln_ctx_create(m, &p, &ctx), KILN_E_NOMEM);
+            CHECK_ERROR_MENTIONS("vkAllocateMemory");
+            CHECK(ctx == NULL);
+        } else {
+            CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+            if (ctx) CHECK_STATUS(kiln_ctx_decode(ctx, &tok, 1, &logits), KILN_E_NOMEM);
+            if (ctx) CHECK_ERROR_MENTIONS("vkAllocateMemory");
+        }
+        kiln_ctx_destroy(ctx);
+        kiln_model_destroy(m);
+    }
+}
+
+/* With the cache on the device the whole decode graph is one split on it; an op that touches the cache
+ * refused (attention) puts the cache back on the CPU. The schedule is read from the context's log. */
+static char schedule_line[512];
+
+static void keep_schedule(void *user, const char *line) {
+    (void)user;
+    if (!strncmp(line, "schedule: ", 10)) snprintf(schedule_line, sizeof schedule_line, "%s", line);
+}
+
+static void schedule_of_one_decode(const kiln_vulkan_test_hooks *h, char *out, size_t cap) {
+    kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    kiln_model *m;
+    const float *logits = NULL;
+    int32_t tok = 1;
+    kiln__vulkan_set_test_hooks(h);
+    m = load("vulkan");
+    kiln__vulkan_set_test_hooks(NULL);
+    schedule_line[0] = '\0';
+    p.n_ctx = 64;
+    p.log = keep_schedule;
+    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (ctx) CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
+    snprintf(out, cap, "%s", schedule_line);
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+}
+
+static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(void) {
+    const kiln_vulkan_test_hooks refuse_attention = {.refuse = KILN_OP_ATTENTION};
+    char line[512];
+    if (skip()) return;
+    schedule_of_one_decode(NULL, line, sizeof line);
+    if (!strstr(line, "schedule: 1 splits") || !strstr(line, "cpu 0 bytes"))
+        harness_fail(__FILE__, __LINE__, "cache on the device: '%s'", line);
+    schedule_of_one_decode(&refuse_attention, line, sizeof line);
+    if (strstr(line, "schedule: 1 splits") || !strstr(line, "schedule: "))
+        harness_fail(__FILE__, __LINE__, "attention refused: '%s'", line);
+}
+
+int main(void) {
+    kiln_backend *probe = NULL;
+    have_vulkan = kiln_device_count() > 0 && kiln__backend_vulkan_create(0, &probe) == KILN_OK;
+    kiln__backend_destroy(probe);
+    RUN(the_device_list_describes_each_device_and_auto_never_picks_a_cpu_device);
+    RUN(the_buffer_verbs_move_every_byte_of_every_sub_range);
+    RUN(every_kind_of_view_reads_back_what_the_device_wrote);
+    RUN(a_weight_over_the_binding_limit_is_bound_in_row_ranges);
+    RUN(a_committed_range_is_recorded_once_and_replayed_with_new_inputs);
+    RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);
+    RUN(the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool);
+    RUN(greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits);
+    RUN(the_goldens_hold_on_vulkan_without_the_graph_passes);
+    RUN(forced_fallbacks_give_the_cpu_output);
+    RUN(a_device_allocation_failing_later_is_a_clean_error);
+    RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
+    return harness_finish();
+}
