@@ -142,23 +142,27 @@ def test_full_queue_answers_429_with_retry_after(start_server):
             st.close()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_sigterm_under_load_exits_zero_within_the_grace_period(start_server):
     grace_s = 5
     s = start_server("sigterm", args=["--parallel", "4", "--grace", str(grace_s)])
     stop = threading.Event()
     outcomes = []
+    failures = []  # the exception behind each "closed", for the failure message
 
     def client_loop():
         for _ in range(1000):
             if stop.is_set():
                 return
             try:
-                r = requests.post(s.v1 + "/completions", json={"prompt": "Once upon a time", "max_tokens": 64},
-                                  timeout=20)
+                # Short requests with a generous timeout: under ASan on a loaded 2-core machine a queued
+                # 64-token request once took over 20 s, and the test then saw no 200 at all.
+                r = requests.post(s.v1 + "/completions", json={"prompt": "Once upon a time", "max_tokens": 16},
+                                  timeout=60)
                 outcomes.append(r.status_code)
-            except requests.RequestException:
+            except requests.RequestException as e:
                 outcomes.append("closed")
+                failures.append(repr(e))
                 return
 
     threads = [threading.Thread(target=client_loop) for _ in range(4)]
@@ -167,7 +171,7 @@ def test_sigterm_under_load_exits_zero_within_the_grace_period(start_server):
         t.start()
     try:
         pump(streams, lambda: all(len(st.token_times()) >= 3 for st in streams), time.monotonic() + 20)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 45
         while 200 not in outcomes and time.monotonic() < deadline:
             time.sleep(0.01)
         start = time.monotonic()
@@ -187,7 +191,7 @@ def test_sigterm_under_load_exits_zero_within_the_grace_period(start_server):
     assert code == 0, f"exit status {code}:\n{s.log()[-3000:]}"
     assert elapsed <= grace_s + 3, f"took {elapsed:.1f} s to exit, grace {grace_s} s"
     assert not any(m in s.log() for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:")), s.log()
-    assert 200 in outcomes
+    assert 200 in outcomes, (outcomes, failures)
     # Requests that arrive after SIGTERM get 503, or find the listening socket closed.
     assert all(o in (200, 503, "closed") for o in outcomes), outcomes
     # Running streams finish within the grace period, or end with an error event when it runs out.
