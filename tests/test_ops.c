@@ -459,23 +459,28 @@ static void add_and_mul_walk_a_strided_view_of_a_1d_tensor(void) {
 
 /* A view whose stride or offset splits an element (here bytes, not elements, by mistake) is rejected
  * when it is built, with a message naming the problem, instead of handing kernels misaligned floats;
- * so is a set region whose stride splits an element. */
+ * so is a set region whose stride splits an element, and a view whose extent overflows size_t. */
 static void views_and_regions_that_split_elements_are_rejected(void) {
     static float x[40], d[60], s[8];
     int64_t ne[2] = {7, 3};
     size_t by_elements[2] = {1, 9}, odd_rows[2] = {sizeof(float), 30}, ok[2] = {sizeof(float), 36};
     size_t region[3] = {22, 0, 0};
+    /* 2^32 + 1 rows 2^32 bytes apart: the last row's offset is 2^64, which wraps to 0 unchecked */
+    size_t wraps[2] = {sizeof(float), (size_t)1 << 32};
+    int64_t ne_wraps[2] = {1, ((int64_t)1 << 32) + 1};
     struct {
+        const int64_t *ne;
         const size_t *nb;
         size_t offset;
         const char *why;
-    } bad_views[] = {{by_elements, 0, "view strides must be whole elements"},
-                     {odd_rows, 0, "view strides must be whole elements"},
-                     {ok, 2, "view offset is not a whole number of elements"}};
+    } bad_views[] = {{ne, by_elements, 0, "view strides must be whole elements"},
+                     {ne, odd_rows, 0, "view strides must be whole elements"},
+                     {ne, ok, 2, "view offset is not a whole number of elements"},
+                     {ne_wraps, wraps, 0, "view reaches outside its base"}};
     for (size_t i = 0; i < KILN__ARRAY_LEN(bad_views); i++) {
         kiln_graph *g;
         CHECK_OK(kiln__graph_create(16, &g));
-        CHECK(kiln__view(g, leaf_f32(g, "x", 1, 40, 1, 1, 1, x), 2, ne, bad_views[i].nb,
+        CHECK(kiln__view(g, leaf_f32(g, "x", 1, 40, 1, 1, 1, x), 2, bad_views[i].ne, bad_views[i].nb,
                          bad_views[i].offset) == NULL);
         CHECK_STATUS(kiln__graph_status(g), KILN_E_INVALID_ARG);
         CHECK_ERROR_MENTIONS(bad_views[i].why);
