@@ -20,6 +20,7 @@
 #include "runtime/sched.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -749,6 +750,43 @@ static void sequence_edits_on_a_device_cache_give_the_cpu_logits(void) {
     kiln_model_destroy(cpu);
 }
 
+/* Contexts come and go on one thread while another context of the model decodes on another: creating
+ * a context allocates and zeroes its cache on the device, destroying one returns its cache and arena to
+ * the pool, so both take the engine lock like compute does (the pool and the queue are not thread-safe).
+ * The decoding thread still gives the golden ids, and every create succeeds. */
+typedef struct churn_arg {
+    kiln_model *m;
+    int n_ok;
+} churn_arg;
+
+static void *churn_contexts(void *user) {
+    churn_arg *a = user;
+    for (int i = 0; i < 12; i++) {
+        kiln_ctx_params p = harness_ctx_params();
+        kiln_ctx *ctx = NULL;
+        p.n_ctx = 64 + 32 * (i % 3);
+        if (kiln_ctx_create(a->m, &p, &ctx) == KILN_OK) a->n_ok++;
+        kiln_ctx_destroy(ctx);
+    }
+    return NULL;
+}
+
+static void contexts_created_and_destroyed_beside_a_decode_leave_it_intact(void) {
+    golden g = {0};
+    int32_t ids[256];
+    churn_arg arg = {NULL, 0};
+    pthread_t th;
+    if (skip()) return;
+    arg.m = load("vulkan");
+    if (!arg.m) return;
+    load_golden("\"once_upon_a_time_64\"", &g);
+    CHECK(pthread_create(&th, NULL, churn_contexts, &arg) == 0);
+    check_ids(&g, ids, greedy(arg.m, &g, g.n_ids, ids, NULL), "decoding beside context churn");
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(arg.n_ok, 12);
+    kiln_model_destroy(arg.m);
+}
+
 int main(void) {
     kiln_backend *probe = NULL;
     have_vulkan = kiln_device_count() > 0 && kiln__backend_vulkan_create(0, &probe) == KILN_OK;
@@ -766,5 +804,6 @@ int main(void) {
     RUN(a_device_allocation_failing_later_is_a_clean_error);
     RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
     RUN(sequence_edits_on_a_device_cache_give_the_cpu_logits);
+    RUN(contexts_created_and_destroyed_beside_a_decode_leave_it_intact);
     return harness_finish();
 }
