@@ -117,6 +117,10 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         if (c->variant == 1) { /* a strided source: the transpose of a [a1, a0] leaf */
             int64_t t[2] = {c->a[1], c->a[0]};
             a = kiln__transpose(g, leaf(g, d, 0, KILN_TYPE_F32, 2, t, in));
+        } else if (c->variant == 5) { /* rows with gaps, at an offset, viewed out of a 1-D leaf */
+            int64_t n = (c->a[0] + 2) * c->a[1] + 3;
+            size_t nb[2] = {4, 4 * (size_t)(c->a[0] + 2)};
+            a = kiln__view(g, leaf(g, d, 0, KILN_TYPE_F32, 1, &n, in), 2, c->a, nb, 12);
         } else {
             a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
         }
@@ -253,6 +257,7 @@ static const bo_case cases[] = {
     {"add", KILN_OP_ADD, 0, {37, 5, 3, 1}, {37, 1, 3, 1}, 0, 1e-6f},
     {"add broadcast rows", KILN_OP_ADD, 0, {300, 4, 1, 1}, {1, 4, 1, 1}, 0, 1e-6f},
     {"add strided", KILN_OP_ADD, 0, {13, 9, 1, 1}, {13, 9, 1, 1}, 1, 1e-6f},
+    {"add view of a 1-D leaf", KILN_OP_ADD, 0, {7, 3, 1, 1}, {7, 3, 1, 1}, 5, 1e-6f},
     {"mul weight", KILN_OP_MUL, 0, {64, 7, 1, 1}, {64, 1, 1, 1}, 2, 1e-6f},
     {"mul strided", KILN_OP_MUL, 0, {6, 11, 1, 1}, {6, 1, 1, 1}, 1, 1e-6f},
     {"swiglu", KILN_OP_SWIGLU, 0, {65, 7, 1, 1}, {65, 7, 1, 1}, 0, 1e-6f},

@@ -6,6 +6,8 @@
 #include "harness.h"
 #include "graph_run.h"
 
+#include "core/core.h"
+
 #include "tensor/types.h"
 
 #include <math.h>
@@ -422,6 +424,77 @@ static void views_alias_their_base_and_cont_copies_them_densely(void) {
     check_close(out, ref, 12, 0, "strided view");
 }
 
+/* add and mul reading a [7, 3] view with gaps between rows, at an offset, out of a 1-D tensor (as
+ * src0, and as a broadcast src1 of one row): the kernels walk both operands through their strides. */
+typedef struct strided_binary_case {
+    float x[40], y[40];
+    int mul;
+} strided_binary_case;
+
+static kiln_tensor *build_strided_binary(kiln_graph *g, void *user) {
+    strided_binary_case *c = user;
+    int64_t ne[2] = {7, 3}, row = 7;
+    size_t nb[2] = {sizeof(float), 9 * sizeof(float)}; /* rows 9 apart: two-element gaps */
+    kiln_tensor *x = kiln__view(g, leaf_f32(g, "x", 1, 40, 1, 1, 1, c->x), 2, ne, nb, 3 * sizeof(float));
+    kiln_tensor *y = kiln__view(g, leaf_f32(g, "y", 1, 40, 1, 1, 1, c->y), 1, &row, nb, 5 * sizeof(float));
+    return c->mul ? kiln__mul(g, x, y) : kiln__add(g, x, y);
+}
+
+static void add_and_mul_walk_a_strided_view_of_a_1d_tensor(void) {
+    static strided_binary_case c;
+    static float out[21];
+    static double ref[21];
+    fill_random(c.x, 40, 21);
+    fill_random(c.y, 40, 22);
+    for (c.mul = 0; c.mul < 2; c.mul++) {
+        run_all_threads(build_strided_binary, &c, out, 21);
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < 7; i++) {
+                double a = c.x[3 + r * 9 + i], b = c.y[5 + i];
+                ref[r * 7 + i] = c.mul ? a * b : a + b;
+            }
+        check_close(out, ref, 21, 1e-7, c.mul ? "mul of a strided view" : "add of a strided view");
+    }
+}
+
+/* A view whose stride or offset splits an element (here bytes, not elements, by mistake) is rejected
+ * when it is built, with a message naming the problem, instead of handing kernels misaligned floats;
+ * so is a set region whose stride splits an element, and a view whose extent overflows size_t. */
+static void views_and_regions_that_split_elements_are_rejected(void) {
+    static float x[40], d[60], s[8];
+    int64_t ne[2] = {7, 3};
+    size_t by_elements[2] = {1, 9}, odd_rows[2] = {sizeof(float), 30}, ok[2] = {sizeof(float), 36};
+    size_t region[3] = {22, 0, 0};
+    /* 2^32 + 1 rows 2^32 bytes apart: the last row's offset is 2^64, which wraps to 0 unchecked */
+    size_t wraps[2] = {sizeof(float), (size_t)1 << 32};
+    int64_t ne_wraps[2] = {1, ((int64_t)1 << 32) + 1};
+    struct {
+        const int64_t *ne;
+        const size_t *nb;
+        size_t offset;
+        const char *why;
+    } bad_views[] = {{ne, by_elements, 0, "view strides must be whole elements"},
+                     {ne, odd_rows, 0, "view strides must be whole elements"},
+                     {ne, ok, 2, "view offset is not a whole number of elements"},
+                     {ne_wraps, wraps, 0, "view reaches outside its base"}};
+    for (size_t i = 0; i < KILN__ARRAY_LEN(bad_views); i++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(16, &g));
+        CHECK(kiln__view(g, leaf_f32(g, "x", 1, 40, 1, 1, 1, x), 2, bad_views[i].ne, bad_views[i].nb,
+                         bad_views[i].offset) == NULL);
+        CHECK_STATUS(kiln__graph_status(g), KILN_E_INVALID_ARG);
+        CHECK_ERROR_MENTIONS(bad_views[i].why);
+        kiln__graph_destroy(g);
+    }
+    kiln_graph *g;
+    CHECK_OK(kiln__graph_create(16, &g));
+    CHECK(kiln__set(g, leaf_f32(g, "d", 2, 12, 5, 1, 1, d), leaf_f32(g, "s", 2, 4, 2, 1, 1, s), region, 0) ==
+          NULL);
+    CHECK_STATUS(kiln__graph_status(g), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("region strides must be whole elements");
+    kiln__graph_destroy(g);
+}
+
 /* ---- cache_write ---- */
 /* Rows of x [32, 4] into cells 7, -, 2, 5 of a [32, 10] cache (row 1 is padding: index -1), for each
  * cache type; the result read back as floats through cast. */
@@ -566,6 +639,8 @@ int main(void) {
     RUN(softmax_of_a_row_that_is_all_minus_infinity_is_zeros);
     RUN(attention_applies_the_mask_with_grouped_query_heads);
     RUN(views_alias_their_base_and_cont_copies_them_densely);
+    RUN(add_and_mul_walk_a_strided_view_of_a_1d_tensor);
+    RUN(views_and_regions_that_split_elements_are_rejected);
     RUN(cache_write_puts_each_row_in_its_cell_and_skips_padding_rows);
     RUN(set_and_acc_replace_or_add_into_a_region);
     RUN(attention_reads_f16_and_q8_0_cache_rows_in_place_under_a_mask);

@@ -24,6 +24,7 @@
 
 static float x_data[K * T], w_data[K * N], bias_data[N], gamma_data[N], cache_data[N * 8];
 static int32_t cells_data[T] = {2, 3, 4, 5, 6};
+static float *cache_at = cache_data; /* where build_cache's cache lives: host memory, or a holder's buffer */
 
 static void fill_inputs(void) {
     fill_random(x_data, K * T, 1);
@@ -76,7 +77,7 @@ static void build_cache(kiln_graph *g) {
     kiln_tensor *x = leaf(g, "x", K, T, x_data, KILN_TENSOR_INPUT);
     kiln_tensor *w = leaf(g, "w", K, N, w_data, KILN_TENSOR_WEIGHT);
     kiln_tensor *bias = leaf(g, "bias", N, 1, bias_data, KILN_TENSOR_WEIGHT);
-    kiln_tensor *cache = leaf(g, "cache", N, 8, cache_data, KILN_TENSOR_CACHE);
+    kiln_tensor *cache = leaf(g, "cache", N, 8, cache_at, KILN_TENSOR_CACHE);
     int64_t ne_cells[1] = {T};
     kiln_tensor *cells = kiln__graph_leaf(g, "cells", KILN_TYPE_I32, 1, ne_cells, cells_data, KILN_TENSOR_INPUT);
     kiln_tensor *cw = kiln__cache_write(g, cache, kiln__matmul(g, w, x), cells);
@@ -309,6 +310,70 @@ static void a_node_that_reads_the_cache_stays_on_the_cpu_with_it(void) {
     CHECK(strstr(got.describe, "nodes [1, 3): 2 nodes") != NULL);
     free_result(&ref);
     free_result(&got);
+}
+
+/* A cache that lives in a device backend's buffer: a cpu-restricted instance taking cache_write and add,
+ * given an owns slot that recognizes the one buffer the cache is in (what holds_kv lets a context do).
+ * Every node touching the cache then runs there, whatever else the list says: the matmul stays on the CPU
+ * and its result and the cells are copied in, the sum comes back. A holder that cannot run a node touching
+ * its cache is a named error, not a silent CPU run against bytes the CPU must not touch. */
+static kiln_buffer held;
+
+static bool owns_held(const kiln_backend *b, const void *data) {
+    (void)b;
+    return held.base && (const char *)data >= (const char *)held.base &&
+           (const char *)data < (const char *)held.base + held.size;
+}
+
+static void a_cache_a_device_owns_takes_every_node_that_touches_it(void) {
+    static const kiln_op holder_ops[] = {KILN_OP_CACHE_WRITE, KILN_OP_ADD};
+    kiln_backend *inner[2] = {NULL, NULL};
+    for (int v = 0; v < 2; v++) {
+        kiln_backend_iface iface;
+        kiln_backend holder;
+        run_result ref, got;
+        CHECK_OK(kiln__backend_cpu_restricted_create(N_THREADS, holder_ops, v == 0 ? 2 : 1, &inner[v]));
+        if (!inner[v]) return;
+        iface = *inner[v]->iface;
+        iface.owns = owns_held;
+        holder = *inner[v];
+        holder.iface = &iface;
+        kiln_sched_backend list[] = {{&holder, 0}, {cpu, 0}};
+        CHECK_OK(kiln__backend_buffer_alloc(&holder, sizeof cache_data, &held));
+        CHECK_OK(kiln__buffer_memset(&held, 0, 0, held.size));
+        memset(cache_data, 0, sizeof cache_data);
+        run_reference(cpu, build_cache, &ref);
+        cache_at = held.base;
+        if (v == 0) {
+            float cache_back[N * 8];
+            run_sched(list, 2, T, build_cache, &got);
+            check_same(&ref, &got, "cache held by [cpu-restricted{cache_write, add}, cpu]");
+            CHECK_EQ_INT(got.n_splits, 2);
+            CHECK_EQ_INT(got.split_backend[0], 1); /* the matmul */
+            CHECK_EQ_INT(got.split_backend[1], 0); /* cache_write and the add, with the cache */
+            CHECK_EQ_INT(got.n_copies, 2);         /* the matmul's rows and the cells in */
+            CHECK_OK(kiln__buffer_get(&held, 0, cache_back, sizeof cache_back));
+            CHECK(memcmp(cache_back, cache_data, sizeof cache_data) == 0);
+            free_result(&got);
+        } else {
+            kiln_graph *g;
+            kiln_sched *s = NULL;
+            kiln_sched_plan *p = NULL;
+            CHECK_OK(kiln__graph_create(256, &g));
+            build_cache(g);
+            CHECK_OK(kiln__graph_order(g));
+            CHECK_OK(kiln__sched_create(list, 2, &s));
+            CHECK_STATUS(kiln__sched_plan_create(s, g, T, &p), KILN_E_UNSUPPORTED);
+            CHECK_ERROR_MENTIONS("the KV cache lives on cpu-restricted");
+            CHECK(p == NULL);
+            kiln__sched_destroy(s);
+            kiln__graph_destroy(g);
+        }
+        cache_at = cache_data;
+        kiln__backend_buffer_free(&holder, &held);
+        free_result(&ref);
+        kiln__backend_destroy(inner[v]);
+    }
 }
 
 static void a_backend_whose_min_batch_exceeds_the_batch_takes_nothing(void) {
@@ -617,6 +682,7 @@ int main(void) {
     RUN(the_normalizing_tail_offloaded_copies_the_sum_in_and_the_output_back);
     RUN(views_crossing_backends_read_twins_of_the_copied_bytes);
     RUN(a_node_that_reads_the_cache_stays_on_the_cpu_with_it);
+    RUN(a_cache_a_device_owns_takes_every_node_that_touches_it);
     RUN(a_backend_whose_min_batch_exceeds_the_batch_takes_nothing);
     RUN(compute_allocates_nothing_once_warmed_up);
     RUN(a_graph_without_room_for_the_copies_is_refused_with_a_reason);

@@ -20,6 +20,7 @@
 #include "runtime/sched.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -618,6 +619,10 @@ static void a_device_allocation_failing_later_is_a_clean_error(void) {
             CHECK_OK(kiln_ctx_create(m, &p, &ctx));
             if (ctx) CHECK_STATUS(kiln_ctx_decode(ctx, &tok, 1, &logits), KILN_E_NOMEM);
             if (ctx) CHECK_ERROR_MENTIONS("vkAllocateMemory");
+            /* The failed step left nothing behind: no cell taken, and the same step now runs. */
+            if (ctx) CHECK_EQ_INT(kiln_kv_seq_pos_max(ctx, 0), -1);
+            if (ctx) CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
+            if (ctx) CHECK_EQ_INT(kiln_kv_seq_pos_max(ctx, 0), 0);
         }
         kiln_ctx_destroy(ctx);
         kiln_model_destroy(m);
@@ -664,6 +669,124 @@ static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(v
         harness_fail(__FILE__, __LINE__, "attention refused: '%s'", line);
 }
 
+/* Sequence edits are cell metadata on the host, whichever backend holds the cache bytes: a prompt shared
+ * by kiln_kv_seq_cp, two sequences decoding in one batch, seq_rm of a tail whose cells are then reused,
+ * and seq_keep, give the same logits with the cache on the device as on the CPU (within the greedy test's
+ * 1e-4 of the largest logit). */
+enum { EDIT_STEPS = 4, EDIT_ROWS = 2 };
+
+static void sequence_edits(kiln_model *m, bool device, float *out) {
+    static const int32_t prompt[5] = {1, 403, 407, 261, 450};
+    kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    kiln_batch b = {0};
+    int32_t V = kiln_model_n_vocab(m), rows[EDIT_STEPS] = {2, 1, 1, 1}, schedules = 0;
+    p.n_ctx = 64;
+    p.n_seq_max = 2;
+    p.log = device ? keep_schedule : NULL; /* the cache on the device: every step one split there */
+    CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    CHECK_OK(kiln_batch_init(8, &b));
+    for (int step = 0; ctx && b.token && step < EDIT_STEPS; step++) {
+        kiln_batch_clear(&b);
+        if (step == 0) { /* the prompt once for sequence 0, shared with 1, then one token each */
+            for (int32_t i = 0; i < 5; i++)
+                CHECK_OK(kiln_batch_add(&b, prompt[i], i, 0, false));
+            CHECK_OK(kiln_ctx_decode_batch(ctx, &b));
+            CHECK_OK(kiln_kv_seq_cp(ctx, 0, 1, -1, -1));
+            kiln_batch_clear(&b);
+            CHECK_OK(kiln_batch_add(&b, 300, 5, 0, true));
+            CHECK_OK(kiln_batch_add(&b, 301, 5, 1, true));
+        } else if (step == 1) { /* sequence 1 drops positions 3.. and goes on from 3 in freed cells */
+            CHECK_OK(kiln_kv_seq_rm(ctx, 1, 3, -1));
+            CHECK_OK(kiln_batch_add(&b, 302, 3, 1, true));
+        } else if (step == 2) { /* sequence 1 alone: 0's cells (the shared prefix stays) */
+            CHECK_OK(kiln_kv_seq_keep(ctx, 1));
+            CHECK_OK(kiln_batch_add(&b, 303, 4, 1, true));
+        } else { /* sequence 0 starts again in the cells keep freed */
+            CHECK_OK(kiln_batch_add(&b, 304, 0, 0, true));
+        }
+        schedule_line[0] = '\0';
+        CHECK_OK(kiln_ctx_decode_batch(ctx, &b));
+        schedules += schedule_line[0] != '\0'; /* logged when a step compiles a plan */
+        if (device && schedule_line[0] && !strstr(schedule_line, "schedule: 1 splits"))
+            harness_fail(__FILE__, __LINE__, "step %d: '%s'", step, schedule_line);
+        for (int32_t r = 0; r < rows[step]; r++) {
+            const float *l = kiln_ctx_logits(ctx, r);
+            CHECK(l != NULL);
+            if (l) memcpy(out + ((size_t)step * EDIT_ROWS + (size_t)r) * (size_t)V, l, (size_t)V * sizeof *l);
+        }
+    }
+    if (device) CHECK(schedules > 0);
+    kiln_batch_free(&b);
+    kiln_ctx_destroy(ctx);
+}
+
+static void sequence_edits_on_a_device_cache_give_the_cpu_logits(void) {
+    kiln_model *vk, *cpu;
+    float *lv, *lc;
+    size_t n;
+    if (skip()) return;
+    vk = load("vulkan");
+    cpu = load(NULL);
+    n = vk ? (size_t)EDIT_STEPS * EDIT_ROWS * (size_t)kiln_model_n_vocab(vk) : 1;
+    lv = calloc(n, sizeof *lv);
+    lc = calloc(n, sizeof *lc);
+    if (vk && cpu && lv && lc) {
+        double worst = 0.0, mag = 0.0;
+        sequence_edits(vk, true, lv);
+        sequence_edits(cpu, false, lc);
+        for (size_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs((double)lv[i] - lc[i]));
+            mag = fmax(mag, fabs((double)lc[i]));
+        }
+        printf("  logits after seq_cp/rm/keep differ from the CPU's by at most %.2g (max |logit| %.3g)\n",
+               worst, mag);
+        CHECK(mag > 0.0);
+        CHECK(worst <= 1e-4 * mag);
+    }
+    free(lv);
+    free(lc);
+    kiln_model_destroy(vk);
+    kiln_model_destroy(cpu);
+}
+
+/* Contexts come and go on one thread while another context of the model decodes on another: creating
+ * a context allocates and zeroes its cache on the device, destroying one returns its cache and arena to
+ * the pool, so both take the engine lock like compute does (the pool and the queue are not thread-safe).
+ * The decoding thread still gives the golden ids, and every create succeeds. */
+typedef struct churn_arg {
+    kiln_model *m;
+    int n_ok;
+} churn_arg;
+
+static void *churn_contexts(void *user) {
+    churn_arg *a = user;
+    for (int i = 0; i < 12; i++) {
+        kiln_ctx_params p = harness_ctx_params();
+        kiln_ctx *ctx = NULL;
+        p.n_ctx = 64 + 32 * (i % 3);
+        if (kiln_ctx_create(a->m, &p, &ctx) == KILN_OK) a->n_ok++;
+        kiln_ctx_destroy(ctx);
+    }
+    return NULL;
+}
+
+static void contexts_created_and_destroyed_beside_a_decode_leave_it_intact(void) {
+    golden g = {0};
+    int32_t ids[256];
+    churn_arg arg = {NULL, 0};
+    pthread_t th;
+    if (skip()) return;
+    arg.m = load("vulkan");
+    if (!arg.m) return;
+    load_golden("\"once_upon_a_time_64\"", &g);
+    CHECK(pthread_create(&th, NULL, churn_contexts, &arg) == 0);
+    check_ids(&g, ids, greedy(arg.m, &g, g.n_ids, ids, NULL), "decoding beside context churn");
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(arg.n_ok, 12);
+    kiln_model_destroy(arg.m);
+}
+
 int main(void) {
     kiln_backend *probe = NULL;
     have_vulkan = kiln_device_count() > 0 && kiln__backend_vulkan_create(0, &probe) == KILN_OK;
@@ -680,5 +803,7 @@ int main(void) {
     RUN(forced_fallbacks_give_the_cpu_output);
     RUN(a_device_allocation_failing_later_is_a_clean_error);
     RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
+    RUN(sequence_edits_on_a_device_cache_give_the_cpu_logits);
+    RUN(contexts_created_and_destroyed_beside_a_decode_leave_it_intact);
     return harness_finish();
 }

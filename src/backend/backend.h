@@ -35,7 +35,9 @@
  *                 live in its buffers: then it must run every node that reads or writes the cache, for
  *                 every graph of that context (default: false; the CPU holds the cache)
  *   owns          optional: whether data points into one of its buffers (default: false); the scheduler
- *                 asks it of KV-cache leaves to find where the cache lives
+ *                 asks it of KV-cache leaves to find where the cache lives, host caches included, so it
+ *                 must answer false for every host address and every other backend's buffer (Vulkan's
+ *                 pool addresses carry a tag bit no user-space pointer has)
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H

@@ -203,3 +203,20 @@ size_t kiln__tensor_nbytes(const kiln_tensor *t) {
     const kiln_type_traits *tr = kiln__type_traits(t->type);
     return tr->block_bytes * (size_t)(t->ne[0] / tr->block_elems) * (size_t)kiln__tensor_nrows(t);
 }
+
+size_t kiln__tensor_span(const kiln_tensor *t) {
+    const kiln_type_traits *tr = kiln__type_traits(t->type);
+    size_t total, step;
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        if (t->ne[d] <= 0) return 0;
+    if (t->ne[0] < tr->block_elems) return 0; /* no whole block, as kiln__tensor_nbytes counts */
+    /* The first row up to its last block, then each further dimension's last index. */
+    if (kiln__mul_overflow_size((size_t)(t->ne[0] / tr->block_elems - 1), t->nb[0], &total) ||
+        kiln__add_overflow_size(total, tr->block_bytes, &total))
+        return SIZE_MAX;
+    for (int d = 1; d < KILN_MAX_DIMS; d++)
+        if (kiln__mul_overflow_size((size_t)(t->ne[d] - 1), t->nb[d], &step) ||
+            kiln__add_overflow_size(total, step, &total))
+            return SIZE_MAX;
+    return total;
+}

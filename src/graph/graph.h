@@ -237,6 +237,9 @@ bool kiln__is_kv_cache_type(kiln_type type);
 const char *kiln__op_name(kiln_op op);
 /* Bytes of a dense tensor of t's shape and type. */
 size_t kiln__tensor_nbytes(const kiln_tensor *t);
+/* Bytes from t's data pointer to one past the last byte its elements occupy, through its strides (any
+ * layout: views, gaps, transposes); 0 for an empty tensor, SIZE_MAX when the sum overflows. */
+size_t kiln__tensor_span(const kiln_tensor *t);
 
 /* Write a readable listing of the execution order: one line per node with op, shape, type, sources. */
 void kiln__graph_dump(const kiln_graph *g, void (*write)(void *user, const char *line), void *user);

@@ -72,24 +72,23 @@ static kiln_status need_weight_type(const kiln_tensor *t, const kiln_tensor *w) 
     return KILN_OK;
 }
 
-/* Last byte + 1 that a tensor of this shape and strides touches, relative to its data pointer. */
-static size_t extent_bytes(const kiln_tensor *t) {
-    const kiln_type_traits *tr = kiln__type_traits(t->type);
-    size_t e = tr->block_bytes + (size_t)(t->ne[0] / tr->block_elems - 1) * t->nb[0];
-    for (int d = 1; d < KILN_MAX_DIMS; d++) e += (size_t)(t->ne[d] - 1) * t->nb[d];
-    return e;
-}
-
 static bool reshape_strides(const kiln_tensor *x, const int64_t ne[KILN_MAX_DIMS], size_t nb[KILN_MAX_DIMS]);
 
 static kiln_status infer_view(const kiln_tensor *t, shape *out) {
     const kiln_tensor *x = t->src[0];
     const kiln_tensor *base = t->view_src;
+    const size_t unit = kiln__type_traits(t->type)->block_bytes;
     size_t end;
     if (!base || (base->op != KILN_OP_NONE && kiln__op_is_view(base->op)))
         return bad(t, "view has no base tensor", x, NULL);
     if (t->type != x->type) return bad(t, "view changes the type", x, NULL);
-    if (kiln__add_overflow_size(t->view_offset, extent_bytes(t), &end) || end > kiln__tensor_nbytes(base))
+    /* Kernels address elements (or quant blocks) through these strides: a byte stride or offset that
+     * splits an element would make them read across element boundaries (misaligned, meaningless values). */
+    if (t->view_offset % unit) return bad(t, "view offset is not a whole number of elements", t, base);
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        if (t->ne[d] > 1 && t->nb[d] % unit) return bad(t, "view strides must be whole elements", t, NULL);
+    if (kiln__add_overflow_size(t->view_offset, kiln__tensor_span(t), &end) ||
+        end > kiln__tensor_nbytes(base))
         return bad(t, "view reaches outside its base", t, base);
     if (t->op == KILN_OP_RESHAPE) {
         size_t nb[KILN_MAX_DIMS];
@@ -268,6 +267,8 @@ static kiln_status infer_set(const kiln_tensor *t, shape *out) {
     if (x->nb[0] != sizeof(float)) return bad(t, "source rows must be contiguous", x, NULL);
     for (int k = 0; k < 3; k++) {
         if (t->ip[k] < 0) return bad(t, "negative region stride", x, NULL);
+        if (x->ne[k + 1] > 1 && t->ip[k] % (int32_t)sizeof(float))
+            return bad(t, "region strides must be whole elements", x, NULL);
         extent += (size_t)(x->ne[k + 1] - 1) * (size_t)t->ip[k];
     }
     if (t->offset % sizeof(float) || kiln__add_overflow_size(t->offset, extent, &end) || end > kiln__tensor_nbytes(d))

@@ -87,10 +87,14 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
         kv_bytes > SIZE_MAX)
         return kiln__error(KILN_E_RANGE, "a KV cache of %d tokens overflows", c->n_ctx);
     if ((s = kiln__kv_init(&c->cells, c->n_ctx, c->n_seq_max))) return s;
-    if ((s = kiln__backend_buffer_alloc(kv_backend(c), (size_t)kv_bytes, &c->kv))) return s;
     /* Fresh cells are never read before they are written (the mask hides them), but zeroed K and V keep a
-     * stray read finite. */
-    if ((s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size))) return s;
+     * stray read finite. Under the engine lock: on a device the allocation and the fill use its memory pool
+     * and queue, which another context of the model may be computing on from another thread. */
+    pthread_mutex_lock(&c->engine->lock);
+    s = kiln__backend_buffer_alloc(kv_backend(c), (size_t)kv_bytes, &c->kv);
+    if (!s) s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size);
+    pthread_mutex_unlock(&c->engine->lock);
+    if (s) return s;
     T = (size_t)kiln__bucket(c, c->n_batch);
     c->ids = kiln__calloc(T, sizeof *c->ids);
     c->pos = kiln__calloc(T, sizeof *c->pos);
@@ -129,9 +133,11 @@ void kiln_ctx_destroy(kiln_ctx *c) {
     if (!c) return;
     for (int i = 0; i < KILN_PLAN_CACHE; i++)
         kiln__compiled_free(&c->plans[i]);
+    pthread_mutex_lock(&c->engine->lock); /* device buffers go back to pools other contexts use */
     if (c->kv.backend) kiln__backend_buffer_free(c->kv.backend, &c->kv);
     for (int32_t i = 0; i < c->engine->n_backends; i++)
         kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
+    pthread_mutex_unlock(&c->engine->lock);
     kiln__kv_free(&c->cells);
     kiln__dealloc(c->ids);
     kiln__dealloc(c->pos);

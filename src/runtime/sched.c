@@ -241,14 +241,10 @@ static bool needs_copy(const kiln_sched_plan *p, const kiln_tensor *r, int32_t b
     return hr != b && !(host[b] && host[hr]);
 }
 
-/* Bytes a tensor's elements span from its data pointer (rows of whole blocks, any strides). */
+/* Bytes a tensor's elements span from its data pointer (kiln__tensor_span), as a status. */
 static kiln_status span_bytes(const kiln_tensor *t, size_t *out) {
-    size_t total = kiln__tensor_nbytes(t) / (size_t)kiln__tensor_nrows(t), step;
-    for (int d = 1; d < KILN_MAX_DIMS; d++)
-        if (kiln__mul_overflow_size((size_t)(t->ne[d] - 1), t->nb[d], &step) ||
-            kiln__add_overflow_size(total, step, &total))
-            return kiln__error(KILN_E_RANGE, "scheduler: the bytes of '%s' overflow", t->name);
-    *out = total;
+    *out = kiln__tensor_span(t);
+    if (*out == SIZE_MAX) return kiln__error(KILN_E_RANGE, "scheduler: the bytes of '%s' overflow", t->name);
     return KILN_OK;
 }
 

@@ -272,8 +272,6 @@ kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *ou
  * with bindings b[0..4] and push constants, followed by a barrier before the next. */
 kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
                               const void *push, uint32_t push_size, uint64_t groups, uint32_t gz);
-/* The bytes of t's span: from its first byte to the end of its last row. */
-size_t kiln__vk_span(const kiln_tensor *t);
 
 /* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);

@@ -119,24 +119,6 @@ static kiln_status vk_copy(const kiln_buffer *src, size_t src_offset, kiln_buffe
 
 /* ---- Weights and bindings ---- */
 
-size_t kiln__vk_span(const kiln_tensor *t) {
-    int64_t rows = kiln__tensor_nrows(t);
-    size_t total, step;
-    if (rows <= 0 || t->ne[0] <= 0) return 0;
-    /* The first row: its bytes when its elements are adjacent, else up to its last element. */
-    if (t->nb[0] == kiln__type_traits(t->type)->block_bytes)
-        total = kiln__tensor_nbytes(t) / (size_t)rows;
-    else if (kiln__mul_overflow_size((size_t)(t->ne[0] - 1), t->nb[0], &total) ||
-             kiln__add_overflow_size(total, kiln__type_traits(t->type)->block_bytes, &total))
-        return SIZE_MAX;
-    for (int d = 1; d < KILN_MAX_DIMS; d++) {
-        if (kiln__mul_overflow_size((size_t)(t->ne[d] - 1), t->nb[d], &step) ||
-            kiln__add_overflow_size(total, step, &total))
-            return SIZE_MAX;
-    }
-    return total;
-}
-
 /* The device copy of weight leaf w, uploaded now when it has none. */
 static kiln_status weight_addr(kiln_vk_ctx *c, const kiln_tensor *w, uintptr_t *addr) {
     kiln_vk_weight *e;
@@ -204,7 +186,7 @@ kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t sta
 }
 
 kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *out) {
-    return kiln__vk_bind_range(c, t, 0, kiln__vk_span(t), out);
+    return kiln__vk_bind_range(c, t, 0, kiln__tensor_span(t), out);
 }
 
 /* ---- Dispatch ---- */

@@ -36,7 +36,7 @@ static bool is_f32(const kiln_tensor *t) {
 
 /* Element counts, strides in elements and spans that the shaders' 32-bit arithmetic can carry. */
 static bool fits(const kiln_vk_ctx *c, const kiln_tensor *t, bool check_range) {
-    size_t span = kiln__vk_span(t);
+    size_t span = kiln__tensor_span(t);
     if (kiln__tensor_nelements(t) >= ((int64_t)1 << 31) || span == SIZE_MAX) return false;
     for (int d = 0; d < KILN_MAX_DIMS; d++)
         if (t->nb[d] / 4 >= ((size_t)1 << 31)) return false;
@@ -75,7 +75,7 @@ static bool matmul_ok(const kiln_vk_ctx *c, const kiln_tensor *n) {
     if (w->ne[2] <= 0 || w->ne[3] <= 0 || x->ne[2] % w->ne[2] || x->ne[3] % w->ne[3]) return false;
     if (x->ne[1] * x->ne[2] * x->ne[3] > 65535) return false;
     row = kiln__tensor_nbytes(w) / (size_t)KILN__MAX(kiln__tensor_nrows(w), 1);
-    if (kiln__vk_span(w) + c->dev->min_offset <= c->dev->max_range) return true;
+    if (kiln__tensor_span(w) + c->dev->min_offset <= c->dev->max_range) return true;
     /* Bound in row ranges: a plain 2D weight whose rows fit. */
     return w->ne[2] == 1 && w->ne[3] == 1 && row + c->dev->min_offset <= c->dev->max_range;
 }
@@ -326,7 +326,7 @@ static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     int64_t N = n->ne[0], per, cols = x->ne[1] * x->ne[2] * x->ne[3];
-    size_t span = kiln__vk_span(w);
+    size_t span = kiln__tensor_span(w);
     float alpha = n->op == KILN_OP_LINEAR ? n->fp[0] : 1.0f;
     uint32_t act = n->op == KILN_OP_LINEAR ? (uint32_t)n->ip[0] : 0;
     if ((s = bind_all(c, ts, b))) return s;
