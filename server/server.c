@@ -80,6 +80,8 @@ static void *load(void *arg) {
         atomic_store(&l->finished, -1);
         return NULL;
     }
+    /* The same one line as kiln run's when a named device could not start and the CPU runs instead. */
+    if (kiln_model_device_note(l->model)) fprintf(stderr, "kiln serve: note: %s\n", kiln_model_device_note(l->model));
     ks_engine_params ep = p->engine;
     if (p->verbose && !ep.log) ep.log = log_line;
     describe_model(h, l->model, &ep);

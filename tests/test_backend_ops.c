@@ -13,8 +13,9 @@
  * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
  * Tolerances, as max |got - ref| / max |ref| over the output: elementwise and get_rows 1e-6 (the same
  * float steps; exp/tanh may differ in the last bits), norms, softmax and F32/F16 matmul 1e-5 (shared-memory
- * tree sums instead of left-to-right), Q8_0/Q4_0 matmul 1e-4 (the same int8 activations, but one of them
- * may round the other way where x * (1/d) lands within an ulp of .5), rope 1e-5 (the device's pow, sin and
+ * tree sums instead of left-to-right), Q8_0/Q4_0/Q4_K/Q6_K matmul 1e-4 (the same int8 activations and
+ * exact integer dots, but one of them may round an activation the other way where x * (1/d) lands within
+ * an ulp of .5, and the per-block float terms are summed in another order), rope 1e-5 (the device's pow, sin and
  * cos of angles up to 511 radians). Measured on lavapipe: at most 4.7e-7 (printed per case).
  */
 #include "harness.h"
@@ -283,12 +284,20 @@ static const bo_case cases[] = {
     {"matmul f16", KILN_OP_MATMUL, KILN_TYPE_F16, {96, 17, 1, 1}, {96, 4, 1, 1}, 0, 1e-5f},
     {"matmul q8_0", KILN_OP_MATMUL, KILN_TYPE_Q8_0, {128, 19, 1, 1}, {128, 3, 1, 1}, 0, 1e-4f},
     {"matmul q4_0", KILN_OP_MATMUL, KILN_TYPE_Q4_0, {256, 10, 1, 1}, {256, 4, 1, 1}, 0, 1e-4f},
+    {"matmul q4_k", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {512, 13, 1, 1}, {512, 3, 1, 1}, 0, 1e-4f},
+    {"matmul q4_k batched", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {256, 6, 2, 1}, {256, 3, 4, 1}, 0, 1e-4f},
+    {"matmul q6_k", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {768, 11, 1, 1}, {768, 5, 1, 1}, 0, 1e-4f},
+    {"matmul q6_k decode", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {256, 70, 1, 1}, {256, 1, 1, 1}, 0, 1e-4f},
+    {"linear q4_k bias gelu", KILN_OP_LINEAR, KILN_TYPE_Q4_K, {256, 12, 1, 1}, {256, 5, 1, 1}, 1, 1e-4f},
+    {"linear q6_k silu", KILN_OP_LINEAR, KILN_TYPE_Q6_K, {512, 9, 1, 1}, {512, 2, 1, 1}, 0, 1e-4f},
     {"linear f32 bias gelu", KILN_OP_LINEAR, KILN_TYPE_F32, {48, 12, 1, 1}, {48, 5, 1, 1}, 1, 1e-5f},
     {"linear q8_0 silu", KILN_OP_LINEAR, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {64, 2, 1, 1}, 0, 1e-4f},
     {"get_rows f32", KILN_OP_GET_ROWS, KILN_TYPE_F32, {64, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
     {"get_rows f16", KILN_OP_GET_ROWS, KILN_TYPE_F16, {64, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
     {"get_rows q8_0", KILN_OP_GET_ROWS, KILN_TYPE_Q8_0, {96, 20, 1, 1}, {5, 1, 1, 1}, 0, 1e-6f},
     {"get_rows q4_0", KILN_OP_GET_ROWS, KILN_TYPE_Q4_0, {64, 20, 1, 1}, {9, 1, 1, 1}, 0, 1e-6f},
+    {"get_rows q4_k", KILN_OP_GET_ROWS, KILN_TYPE_Q4_K, {512, 20, 1, 1}, {7, 1, 1, 1}, 0, 1e-6f},
+    {"get_rows q6_k", KILN_OP_GET_ROWS, KILN_TYPE_Q6_K, {256, 20, 1, 1}, {9, 1, 1, 1}, 0, 1e-6f},
     {"attention gqa causal", KILN_OP_ATTENTION, 0, {16, 4, 5, 1}, {16, 2, 9, 1}, 0, 1e-5f},
     {"attention long, bias mask", KILN_OP_ATTENTION, 0, {8, 8, 3, 1}, {8, 8, 200, 1}, 1, 1e-5f},
     {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 1e-5f},

@@ -232,7 +232,23 @@ static void devices_lists_the_cpu_and_device_picks_one_with_the_same_output(void
             harness_fail(__FILE__, __LINE__, "%s kiln %s printed '%s', the CPU '%s'", runs[i][0], args, r.out, cpu.out);
         if (i == 3 && !strstr(r.err, "kiln run: note: vulkan:9: "))
             harness_fail(__FILE__, __LINE__, "--device vulkan:9: stderr '%s' has no note", r.err);
-    }
+    }    /* serve says the same when it loads: started in the background, sent SIGINT once it listens (or
+     * after 60 s), it shuts down cleanly. */
+    char cmd[4096], errpath[512];
+    size_t n;
+    snprintf(errpath, sizeof errpath, "%s/cli_serve_stderr.txt", KILN_TEST_TMP);
+    snprintf(cmd, sizeof cmd,
+             "'%s' serve -m '%s' --port 0 --device vulkan:9 2>'%s' & p=$!; i=0; "
+             "while [ $i -lt 600 ] && ! grep -q listening '%s'; do sleep 0.1; i=$((i + 1)); done; "
+             "kill -INT $p; wait $p",
+             KILN_CLI_PATH, KILN_MODEL_PATH, errpath, errpath);
+    int status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *err = harness_read_file(errpath, &n);
+    if (!err || !strstr(err, "kiln serve: note: vulkan:9: ") || !strstr(err, "listening on"))
+        harness_fail(__FILE__, __LINE__, "serve --device vulkan:9: stderr '%s' has no note or never listened",
+                     err ? err : "");
+    free(err);
 }
 
 /* Write a text of some hundred tokens for perplexity. */

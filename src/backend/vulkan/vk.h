@@ -198,6 +198,9 @@ kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 /* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ----
  */
 
+/* The weight and table types matmul and get_rows read: one pipeline each. */
+#define KILN_VK_WEIGHT_TYPES 6
+
 enum {
     KILN_VK_PIPE_BINARY,
     KILN_VK_PIPE_UNARY,
@@ -206,9 +209,9 @@ enum {
     KILN_VK_PIPE_ROPE,
     KILN_VK_PIPE_ATTENTION,
     KILN_VK_PIPE_CACHE_WRITE,
-    KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0 (the specialization constant) */
-    KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + 4, /* likewise */
-    KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + 4,
+    KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + KILN_VK_WEIGHT_TYPES, /* likewise */
+    KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + KILN_VK_WEIGHT_TYPES,
 };
 
 /* A weight uploaded once, found again by identity: its host bytes, type and shape. */

@@ -176,7 +176,10 @@ kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t sta
     out->buffer = sp.buffer;
     out->offset = aligned;
     out->rem = (uint32_t)(sp.offset - aligned);
-    out->range = out->rem + (VkDeviceSize)(bytes ? bytes : 4);
+    /* Shaders read whole 32-bit words: a range ending inside one (a Q6_K row of 630 bytes, say) is
+     * rounded up to it, else robust access reads the last word as zeros. The pool's allocations are whole
+     * grains, so the word is ours. */
+    out->range = (out->rem + (VkDeviceSize)(bytes ? bytes : 4) + 3) / 4 * 4;
     if (out->range > sp.size + out->rem) out->range = sp.size + out->rem;
     if (out->range > c->dev->max_range)
         return kiln__error(KILN_E_UNSUPPORTED,
@@ -522,7 +525,7 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
         (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE, "cache_write", -1)))
         return s;
-    for (int32_t t = 0; t < 4; t++)
+    for (int32_t t = 0; t < KILN_VK_WEIGHT_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_GET_ROWS + t, "get_rows", t)))
             return s;

@@ -3,8 +3,9 @@
  *
  * supports_op accepts only the exact types and layouts below; everything else falls back to the CPU
  * through the scheduler. The table (docs/vulkan.md keeps it in prose):
- *   get_rows                       table F32, F16, Q8_0 or Q4_0 [E, R], ids I32 [T]
- *   matmul, linear                 weight F32, F16, Q8_0 or Q4_0 (Q: K % 32 == 0), rows contiguous; x F32
+ *   get_rows                       table F32, F16, Q8_0, Q4_0, Q4_K or Q6_K [E, R], ids I32 [T]
+ *   matmul, linear                 weight F32, F16, Q8_0, Q4_0, Q4_K or Q6_K (K a multiple of the block:
+ *                                  32, or 256 for the K-quants), rows contiguous; x F32
  *                                  with contiguous rows; linear without the transposed-weight flag. A
  *                                  weight over maxStorageBufferRange (2D) is bound in row ranges
  *   rms_norm, rms_norm_mul, norm   F32, rows contiguous
@@ -43,12 +44,17 @@ static bool fits(const kiln_vk_ctx *c, const kiln_tensor *t, bool check_range) {
     return !check_range || span + c->dev->min_offset <= c->dev->max_range;
 }
 
-static bool weight_type(kiln_type t) {
-    return t == KILN_TYPE_F32 || t == KILN_TYPE_F16 || t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0;
+/* The weight types in the order of the shaders' WTYPE/TYPE specialization constant; -1 for the others. */
+static int type_index(kiln_type t) {
+    static const kiln_type order[KILN_VK_WEIGHT_TYPES] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_Q8_0,
+                                                          KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    for (int i = 0; i < KILN_VK_WEIGHT_TYPES; i++)
+        if (order[i] == t) return i;
+    return -1;
 }
 
-static int type_index(kiln_type t) {
-    return t == KILN_TYPE_F32 ? 0 : t == KILN_TYPE_F16 ? 1 : t == KILN_TYPE_Q8_0 ? 2 : 3;
+static bool weight_type(kiln_type t) {
+    return type_index(t) >= 0;
 }
 
 static bool rows_contiguous(const kiln_tensor *t) {
@@ -67,7 +73,7 @@ static bool matmul_ok(const kiln_vk_ctx *c, const kiln_tensor *n) {
     if (!weight_type(w->type) || !rows_contiguous(w) || !is_f32(x) || x->nb[0] != 4 || !fits(c, x, true) ||
         !fits(c, n, true) || !fits(c, w, false))
         return false;
-    if (w->type != KILN_TYPE_F32 && w->type != KILN_TYPE_F16 && x->ne[0] % 32 != 0) return false;
+    if (x->ne[0] % kiln__type_traits(w->type)->block_elems != 0) return false;
     if (n->op == KILN_OP_LINEAR &&
         ((n->ip[1] & KILN_LINEAR_TRANS0) || (bias && (!is_f32(bias) || bias->nb[0] != 4))))
         return false;

@@ -1,10 +1,16 @@
 #version 450
 // matmul.comp - d[n, m, b2, b3] = alpha * sum_k W[k, n, b2 / r2, b3 / r3] * x[k, m, b2, b3] (+ bias[n]),
 // then an activation: matmul and linear. One workgroup of 64 per output element, a shared-memory
-// reduction. WTYPE (a specialization constant, one pipeline each): 0 F32, 1 F16, 2 Q8_0, 3 Q4_0. For the
-// quantized types the arithmetic is the CPU reference's (kernels_mm_ref.c): each 32-block of the x row is
-// quantized to int8 (d = amax / 127, round half to even), the integer dot with the weight quants is scaled
-// by d_w * d_x, and the blocks are summed in float.
+// reduction. WTYPE (a specialization constant, one pipeline each): 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K,
+// 5 Q6_K. For the quantized types the arithmetic is the CPU reference's (kernels_mm_ref.c,
+// kernels_mm_kquants_ref.c): each 32-block of the x row is quantized to int8 (d = amax / 127, round half to
+// even), exact integer dots with the weight quants give one float term per block, and the blocks are
+// summed in float:
+//   Q8_0, Q4_0  d_w * d_x * I
+//   Q4_K        d_x * (dl * I - ml * S), dl = d * sc, ml = dmin * m of the block's group, S = sum of the
+//               block's int8 activations
+//   Q6_K        d_x * (dl_j * I_j + dl_j+1 * I_j+1) over the block's two 16-element sub-blocks, with the
+//               quants' - 32 inside the integer dots
 #include "common.glsl"
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint WTYPE = 0;
@@ -43,6 +49,35 @@ void main() {
             float amax = 0.0;
             for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(x[xb + i]));
             float dx = amax / 127.0, id = dx != 0.0 ? 1.0 / dx : 0.0;
+            if (WTYPE == 4u) {
+                uint sb = wr + (blk / 8u) * 144u, g = blk % 8u;
+                int isum = 0, xs = 0;
+                for (uint i = 0u; i < 32u; i++) {
+                    int q = int(roundEven(clamp(x[xb + i] * id, -127.0, 127.0)));
+                    isum += int(q4k_quant(sb, g, i)) * q;
+                    xs += q;
+                }
+                uvec2 sm = q4k_scale_min(sb + 4u, g);
+                float dl = w_f16(sb) * float(sm.x), ml = w_f16(sb + 2u) * float(sm.y);
+                float term = dl * float(isum) - ml * float(xs);
+                sum += dx * term;
+                continue;
+            }
+            if (WTYPE == 5u) {
+                uint sb = wr + (blk / 8u) * 210u, g = blk % 8u;
+                int i0 = 0, i1 = 0;
+                for (uint i = 0u; i < 32u; i++) {
+                    int q = int(roundEven(clamp(x[xb + i] * id, -127.0, 127.0)));
+                    int wq = int(q6k_quant(sb, g, i)) - 32;
+                    if (i < 16u) i0 += wq * q;
+                    else i1 += wq * q;
+                }
+                float d6 = w_f16(sb + 208u);
+                float dl0 = d6 * float(w_i8(sb + 192u + 2u * g)), dl1 = d6 * float(w_i8(sb + 193u + 2u * g));
+                float term = dl0 * float(i0) + dl1 * float(i1);
+                sum += dx * term;
+                continue;
+            }
             int isum = 0;
             uint wb = wr + blk * (WTYPE == 2u ? 34u : 18u);
             for (uint i = 0u; i < 32u; i++) {
