@@ -196,10 +196,10 @@ static bool op_decode(reader *r) {
     }
     int32_t p0 = model_pos_max(&m, 0) + 1;
     if (p0 + n >= POS_LIMIT) return false;
-    kiln_status want = n == 0 ? KILN_E_INVALID_ARG
+    kiln_status want = n == 0                       ? KILN_E_INVALID_ARG
                        : n > N_CTX - model_used(&m) ? KILN_E_CONTEXT_FULL
-                       : bad ? KILN_E_INVALID_ARG
-                             : KILN_OK;
+                       : bad                        ? KILN_E_INVALID_ARG
+                                                    : KILN_OK;
     expect(kiln_ctx_decode(ctx, toks, n, &logits), want);
     if (want != KILN_OK) return true;
     if (!logits) __builtin_trap();

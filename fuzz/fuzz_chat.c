@@ -36,8 +36,8 @@ static bool contains(const char *hay, size_t n, const char *needle) {
 }
 
 /* Renders msgs, checks the length contracts, and returns the malloc'd text (NULL when refused). */
-static char *render(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n, bool gen, size_t cut,
-                    size_t *len) {
+static char *render(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n, bool gen,
+                    size_t cut, size_t *len) {
     kiln_status st = kiln_chat_render(t, msgs, n, gen, NULL, 0, len);
     if (st == KILN_E_INVALID_ARG) {
         if (kiln_last_error()[0] == '\0') __builtin_trap();

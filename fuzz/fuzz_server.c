@@ -86,7 +86,8 @@ static void check_request(const ks_api_request *r, const ks_api_model *m) {
         if (q->prompt[i] < 0 || q->prompt[i] >= kiln_vocab_n_tokens(m->vocab)) __builtin_trap();
     if (q->max_tokens < 1 || q->max_tokens > m->max_tokens_cap || q->n < 1 || q->n > KS_API_MAX_N)
         __builtin_trap();
-    if (q->n_stop < 0 || q->n_stop > KS_API_MAX_STOP || (q->n_stop > 0) != (q->stop != NULL)) __builtin_trap();
+    if (q->n_stop < 0 || q->n_stop > KS_API_MAX_STOP || (q->n_stop > 0) != (q->stop != NULL))
+        __builtin_trap();
     for (int32_t i = 0; i < q->n_stop; i++) {
         size_t k = strlen(q->stop[i]);
         if (k == 0 || k > KS_API_MAX_STOP_LEN) __builtin_trap();

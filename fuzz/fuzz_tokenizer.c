@@ -19,9 +19,9 @@
  *     llama.cpp drops as Kiln does).
  * Every other pre-tokenizer (llama-bpe, qwen2, deepseek-llm, falcon, default, ...) splits the text too, and
  * its words must tile the input exactly.
- * Ids, with the chosen vocabulary: kiln_detokenize fails with KILN_E_INVALID_ARG exactly when an id is outside the
- * vocabulary; otherwise it and the streaming detokenizer (which must refuse each bad id alone and go on)
- * give the same valid UTF-8. Any crash, sanitizer report, leak or trap is a bug.
+ * Ids, with the chosen vocabulary: kiln_detokenize fails with KILN_E_INVALID_ARG exactly when an id is
+ * outside the vocabulary; otherwise it and the streaming detokenizer (which must refuse each bad id alone and
+ * go on) give the same valid UTF-8. Any crash, sanitizer report, leak or trap is a bug.
  */
 #include "kiln.h"
 #include "tokenizer/pretok.h"
@@ -32,7 +32,8 @@
 #include <string.h>
 
 #define N_VOCABS 6
-static const char *vocab_names[N_VOCABS] = {"llama-spm", "phi-3", "gpt-2", "deepseek-coder", "starcoder", "bert-bge"};
+static const char *vocab_names[N_VOCABS] = {"llama-spm",      "phi-3",     "gpt-2",
+                                            "deepseek-coder", "starcoder", "bert-bge"};
 static kiln_vocab *vocabs[N_VOCABS];
 static bool byte_spelled[N_VOCABS][256]; /* the byte alone tokenizes to itself */
 
@@ -96,7 +97,8 @@ static bool all_spelled(size_t k, const char *text, size_t len) {
 
 /* The streaming detokenizer fed ids one at a time, then flushed, gives `want` (want NULL: some ids are
  * bad; each must be refused alone, and the stream goes on over the rest). */
-static void check_stream(const kiln_vocab *v, const int32_t *ids, size_t n, const char *want, size_t want_len) {
+static void check_stream(const kiln_vocab *v, const int32_t *ids, size_t n, const char *want,
+                         size_t want_len) {
     kiln_detok *d = NULL;
     kiln_str piece;
     size_t at = 0;
@@ -111,7 +113,8 @@ static void check_stream(const kiln_vocab *v, const int32_t *ids, size_t n, cons
             continue;
         }
         if (st != KILN_OK || !valid_utf8(piece.data, piece.len)) __builtin_trap();
-        if (want && (piece.len > want_len - at || memcmp(piece.data, want + at, piece.len) != 0)) __builtin_trap();
+        if (want && (piece.len > want_len - at || memcmp(piece.data, want + at, piece.len) != 0))
+            __builtin_trap();
         at += piece.len;
     }
     if (want && at != want_len) __builtin_trap();

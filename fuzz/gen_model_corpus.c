@@ -94,16 +94,38 @@ static void str_array(kiln_gguf_writer *w, const char *key, const char *const *s
 
 /* The tokenizer keys; returns the vocabulary size. */
 static int64_t vocab(kiln_gguf_writer *w, const char *model) {
-    static const char *const spm[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", ("\xe2\x96\x81" "a"),
-                                      "ab", "<0x0A>", "<|im_start|>", "<|im_end|>", "[INST]"};
+    static const char *const spm[] = {"<unk>",
+                                      "<s>",
+                                      "</s>",
+                                      "\xe2\x96\x81",
+                                      "a",
+                                      "b",
+                                      ("\xe2\x96\x81"
+                                       "a"),
+                                      "ab",
+                                      "<0x0A>",
+                                      "<|im_start|>",
+                                      "<|im_end|>",
+                                      "[INST]"};
     static const int32_t spm_types[] = {2, 3, 3, 1, 1, 1, 1, 1, 6, 4, 4, 4};
-    static const char *const bpe[] = {"a", "b", "c", "\xc4\xa0", ("\xc4\xa0" "a"), "ab", "\xc4\x8a",
-                                      "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|end|>", "<|user|>",
+    static const char *const bpe[] = {"a",
+                                      "b",
+                                      "c",
+                                      "\xc4\xa0",
+                                      ("\xc4\xa0"
+                                       "a"),
+                                      "ab",
+                                      "\xc4\x8a",
+                                      "<|endoftext|>",
+                                      "<|im_start|>",
+                                      "<|im_end|>",
+                                      "<|end|>",
+                                      "<|user|>",
                                       "<|assistant|>"};
     static const int32_t bpe_types[] = {1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3};
     static const char *const merges[] = {"\xc4\xa0 a", "a b"};
-    static const char *const wpm[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b", "ab",
-                                      "hello", "##lo", "!"};
+    static const char *const wpm[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a",
+                                      "b",     "##b",   "ab",    "hello", "##lo",   "!"};
     static const int32_t wpm_types[] = {3, 2, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1};
     const char *const *tokens;
     const int32_t *types;
@@ -120,7 +142,8 @@ static int64_t vocab(kiln_gguf_writer *w, const char *model) {
         tokens = wpm, types = wpm_types, n = sizeof wpm / sizeof *wpm;
         check(kiln_gguf_writer_add_scalar(w, "tokenizer.ggml.cls_token_id", KILN_GGUF_UINT32, &bos), "cls");
         bos = 3;
-        check(kiln_gguf_writer_add_scalar(w, "tokenizer.ggml.seperator_token_id", KILN_GGUF_UINT32, &bos), "sep");
+        check(kiln_gguf_writer_add_scalar(w, "tokenizer.ggml.seperator_token_id", KILN_GGUF_UINT32, &bos),
+              "sep");
         bos = 2, eos = 3;
     }
     for (size_t i = 0; i < n; i++)
@@ -136,8 +159,17 @@ static int64_t vocab(kiln_gguf_writer *w, const char *model) {
 }
 
 /* A block's tensors. Flags choose the optional parts. */
-enum { FUSED_QKV = 1, QKV_BIAS = 2, OUT_BIAS = 4, FFN_BIAS = 8, QK_NORM = 16, LAYER_NORM = 32, GATE = 64,
-       FUSED_UP = 128, POST_NORM = 256 };
+enum {
+    FUSED_QKV = 1,
+    QKV_BIAS = 2,
+    OUT_BIAS = 4,
+    FFN_BIAS = 8,
+    QK_NORM = 16,
+    LAYER_NORM = 32,
+    GATE = 64,
+    FUSED_UP = 128,
+    POST_NORM = 256
+};
 
 static void block(kiln_gguf_writer *w, unsigned f, kiln_type type, int64_t n_embd) {
     const int64_t D = n_embd / 2, Eq = 2 * D, Ekv = D, ff = FF(n_embd), up = f & FUSED_UP ? 2 * ff : ff;
@@ -177,7 +209,8 @@ static void block(kiln_gguf_writer *w, unsigned f, kiln_type type, int64_t n_emb
 }
 
 /* token_embd, output_norm (with its bias for LayerNorm) and, unless tied, output. */
-static void common(kiln_gguf_writer *w, kiln_type type, int64_t n_embd, int64_t n_vocab, unsigned f, bool tied) {
+static void common(kiln_gguf_writer *w, kiln_type type, int64_t n_embd, int64_t n_vocab, unsigned f,
+                   bool tied) {
     tensor(w, "token_embd.weight", type, n_embd, n_vocab);
     tensor(w, "output_norm.weight", type, n_embd, 0);
     if (f & LAYER_NORM) tensor(w, "output_norm.bias", type, n_embd, 0);
@@ -238,7 +271,8 @@ static void mistral(const char *dir) {
 static void qwen(const char *dir, const char *arch, unsigned f, const char *name) {
     kiln_gguf_writer *w = new_writer();
     hparams(w, arch, E);
-    if (f & QK_NORM) key_u32(w, arch, "attention.key_length", E / 2), key_u32(w, arch, "attention.value_length", E / 2);
+    if (f & QK_NORM)
+        key_u32(w, arch, "attention.key_length", E / 2), key_u32(w, arch, "attention.value_length", E / 2);
     key_str(w, "tokenizer.ggml.pre", "qwen2");
     key_str(w, "tokenizer.chat_template", "{{ '<|im_start|>' + role + '\\n' + content + '<|im_end|>' }}");
     int64_t n_vocab = vocab(w, "gpt2");
@@ -264,7 +298,8 @@ static void gpt2(const char *dir) {
     kiln_gguf_writer *w = new_writer();
     float eps = 1e-5f;
     hparams(w, "gpt2", E);
-    check(kiln_gguf_writer_add_scalar(w, "gpt2.attention.layer_norm_epsilon", KILN_GGUF_FLOAT32, &eps), "eps");
+    check(kiln_gguf_writer_add_scalar(w, "gpt2.attention.layer_norm_epsilon", KILN_GGUF_FLOAT32, &eps),
+          "eps");
     key_str(w, "tokenizer.ggml.pre", "gpt-2");
     int64_t n_vocab = vocab(w, "gpt2");
     common(w, KILN_TYPE_F16, E, n_vocab, LAYER_NORM, true);

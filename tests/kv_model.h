@@ -19,7 +19,6 @@
 #error "define N_CTX, N_SEQ and POS_LIMIT before including kv_model.h"
 #endif
 
-
 typedef struct mcell {
     int32_t pos;   /* -1: free */
     uint32_t seqs; /* bit s: sequence s holds the cell */

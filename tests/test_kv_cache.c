@@ -3,14 +3,14 @@
  * under 2000 random operations on a small context (stories260K, n_ctx 64, n_seq_max 4, n_batch 16),
  * driven by a seeded PRNG so that a failure names an operation that can be replayed.
  *
- * The test keeps its own model of the cache (tests/kv_model.h, shared with fuzz/fuzz_batch.c), written from the header alone: a set of cells, each holding
- * one position and the set of sequences that share it. A batch takes one new cell per token; seq_cp adds
- * dst to src's cells in the range (no new cell); seq_rm takes the sequence (every sequence for -1) off the
- * cells in the range and frees a cell whose set becomes empty; seq_keep frees every cell that does not
- * hold the kept sequence and takes the others off the rest; reset frees everything. A call that is
- * refused (an invalid argument, a batch larger than the free cells) changes nothing. After every
- * operation the public observations must equal the model's: kiln_kv_seq_pos_max of every sequence (and
- * -1 outside 0 .. n_seq_max - 1), kiln_kv_n_used, kiln_ctx_n_past.
+ * The test keeps its own model of the cache, written from the header alone (tests/kv_model.h, shared with
+ * fuzz/fuzz_batch.c): a set of cells, each holding one position and the set of sequences that share it. A
+ * batch takes one new cell per token; seq_cp adds dst to src's cells in the range (no new cell); seq_rm
+ * takes the sequence (every sequence for -1) off the cells in the range and frees a cell whose set becomes
+ * empty; seq_keep frees every cell that does not hold the kept sequence and takes the others off the rest;
+ * reset frees everything. A call that is refused (an invalid argument, a batch larger than the free cells)
+ * changes nothing. After every operation the public observations must equal the model's:
+ * kiln_kv_seq_pos_max of every sequence (and -1 outside 0 .. n_seq_max - 1), kiln_kv_n_used, kiln_ctx_n_past.
  *
  * Every 50 operations the K and V themselves are checked: a sequence whose cells form a clean history
  * (positions 0..P, each cell computed while its sequence held exactly the cells now before it; the model
