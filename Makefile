@@ -1,13 +1,14 @@
 # Thin wrapper over CMake. The two commands a newcomer needs:
 #   make run    build everything and generate a story with the bundled model
-#   make test   build everything and run the whole suite, plain, under ASan+UBSan, and the fuzz target
+#   make test   build everything and run the whole suite, plain, under ASan+UBSan, and bounded fuzz runs
+# `make fuzz FUZZ_SECONDS=N` runs every fuzz target for N seconds (fuzz/README.md).
 # Not part of `make test` (it takes minutes): `make test-aarch64` cross-builds for aarch64 and runs the
 # suite under qemu-user (scripts/test-aarch64.sh; test-aarch64-clang does the same with clang).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz test-aarch64 test-aarch64-clang \
+.PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz fuzz test-aarch64 test-aarch64-clang \
 	install format clean
 
 all: build
@@ -36,8 +37,14 @@ test-plain: build
 test-asan: build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# Every fuzz target for KILN_FUZZ_TEST_SECONDS (18) seconds, one after another (fuzz/README.md).
 test-fuzz: build-fuzz
-	cd build-fuzz && ctest --output-on-failure
+	cd build-fuzz && ctest --output-on-failure --timeout 120
+
+# A longer campaign: every fuzz target for FUZZ_SECONDS each, its corpus kept in build-fuzz/fuzz/work/<target>.
+FUZZ_SECONDS ?= 600
+fuzz: build-fuzz
+	cd build-fuzz && KILN_FUZZ_SECONDS=$(FUZZ_SECONDS) ctest --output-on-failure --timeout $$(( $(FUZZ_SECONDS) + 300 ))
 
 test: test-plain test-asan test-fuzz
 

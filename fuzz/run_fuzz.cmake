@@ -1,6 +1,11 @@
 # run_fuzz.cmake - the CTest driver of a bounded fuzz run. Copies the checked-in seeds into a work corpus
 # in the build directory (the repository's corpus is never modified; new inputs accumulate in the work
-# copy across runs), then runs the fuzzer over it. Variables: FUZZER, SEEDS, WORK, ARTIFACTS, DICT, SECONDS.
+# copy across runs), then runs the fuzzer over it with -print_final_stats=1 (executions, edges covered,
+# corpus size). Variables: FUZZER, SEEDS, WORK, ARTIFACTS, DICT, SECONDS; the environment variable
+# KILN_FUZZ_SECONDS, when set, overrides SECONDS (`make fuzz FUZZ_SECONDS=N`).
+if(DEFINED ENV{KILN_FUZZ_SECONDS})
+  set(SECONDS $ENV{KILN_FUZZ_SECONDS})
+endif()
 file(MAKE_DIRECTORY ${WORK} ${ARTIFACTS})
 file(GLOB seeds ${SEEDS}/*)
 file(COPY ${seeds} DESTINATION ${WORK})

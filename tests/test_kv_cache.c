@@ -3,14 +3,14 @@
  * under 2000 random operations on a small context (stories260K, n_ctx 64, n_seq_max 4, n_batch 16),
  * driven by a seeded PRNG so that a failure names an operation that can be replayed.
  *
- * The test keeps its own model of the cache, written from the header alone: a set of cells, each holding
- * one position and the set of sequences that share it. A batch takes one new cell per token; seq_cp adds
- * dst to src's cells in the range (no new cell); seq_rm takes the sequence (every sequence for -1) off the
- * cells in the range and frees a cell whose set becomes empty; seq_keep frees every cell that does not
- * hold the kept sequence and takes the others off the rest; reset frees everything. A call that is
- * refused (an invalid argument, a batch larger than the free cells) changes nothing. After every
- * operation the public observations must equal the model's: kiln_kv_seq_pos_max of every sequence (and
- * -1 outside 0 .. n_seq_max - 1), kiln_kv_n_used, kiln_ctx_n_past.
+ * The test keeps its own model of the cache, written from the header alone (tests/kv_model.h, shared with
+ * fuzz/fuzz_batch.c): a set of cells, each holding one position and the set of sequences that share it. A
+ * batch takes one new cell per token; seq_cp adds dst to src's cells in the range (no new cell); seq_rm
+ * takes the sequence (every sequence for -1) off the cells in the range and frees a cell whose set becomes
+ * empty; seq_keep frees every cell that does not hold the kept sequence and takes the others off the rest;
+ * reset frees everything. A call that is refused (an invalid argument, a batch larger than the free cells)
+ * changes nothing. After every operation the public observations must equal the model's:
+ * kiln_kv_seq_pos_max of every sequence (and -1 outside 0 .. n_seq_max - 1), kiln_kv_n_used, kiln_ctx_n_past.
  *
  * Every 50 operations the K and V themselves are checked: a sequence whose cells form a clean history
  * (positions 0..P, each cell computed while its sequence held exactly the cells now before it; the model
@@ -33,125 +33,7 @@
 #define REL_TOL 1e-4
 #define SEED 0x6b696c6e2d6b7600ull
 
-/* ---------------------------------------------------------------------------------------------------
- * The model of the cache
- * ------------------------------------------------------------------------------------------------- */
-
-typedef struct mcell {
-    int32_t pos;   /* -1: free */
-    uint32_t seqs; /* bit s: sequence s holds the cell */
-    int32_t token;
-    uint64_t hist; /* hash of the tokens at positions 0..pos the cell's K and V were computed from; 0 when
-                    * its sequence did not then hold a clean history 0..pos - 1 */
-} mcell;
-
-typedef struct kv_model {
-    mcell cell[N_CTX];
-} kv_model;
-
-#define HIST_START 0x243f6a8885a308d3ull
-
-static uint64_t hist_next(uint64_t h, int32_t token) {
-    h ^= (uint64_t)(uint32_t)token + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h | 1; /* never 0, the mark of an unclean history */
-}
-
-static void model_reset(kv_model *m) {
-    for (int32_t c = 0; c < N_CTX; c++) {
-        m->cell[c].pos = -1;
-        m->cell[c].seqs = 0;
-    }
-}
-
-static int32_t model_used(const kv_model *m) {
-    int32_t n = 0;
-    for (int32_t c = 0; c < N_CTX; c++)
-        n += m->cell[c].seqs != 0;
-    return n;
-}
-
-static int32_t model_pos_max(const kv_model *m, int32_t s) {
-    int32_t best = -1;
-    for (int32_t c = 0; c < N_CTX; c++)
-        if ((m->cell[c].seqs >> s & 1u) && m->cell[c].pos > best) best = m->cell[c].pos;
-    return best;
-}
-
-/* map[p] = the cell holding position p of s, or -1, for p < POS_LIMIT. */
-static void model_map(const kv_model *m, int32_t s, int32_t *map) {
-    for (int32_t p = 0; p < POS_LIMIT; p++)
-        map[p] = -1;
-    for (int32_t c = 0; c < N_CTX; c++)
-        if (m->cell[c].seqs >> s & 1u) map[m->cell[c].pos] = c;
-}
-
-/* True when s holds positions 0..P (P = its pos_max; none is fine too), each computed from exactly the
- * cells s holds before it; toks[0..P] receives its tokens. */
-static bool model_clean(const kv_model *m, int32_t s, int32_t *toks, int32_t *P) {
-    int32_t map[POS_LIMIT];
-    uint64_t h = HIST_START;
-    *P = model_pos_max(m, s);
-    model_map(m, s, map);
-    for (int32_t q = 0; q <= *P; q++) {
-        if (map[q] < 0) return false;
-        h = hist_next(h, m->cell[map[q]].token);
-        if (m->cell[map[q]].hist != h) return false;
-        toks[q] = m->cell[map[q]].token;
-    }
-    return true;
-}
-
-/* A batch token: a new cell at position p of s (the batch was accepted, so a cell is free). */
-static void model_add(kv_model *m, int32_t s, int32_t p, int32_t token) {
-    int32_t map[POS_LIMIT], c = 0;
-    uint64_t h = HIST_START;
-    model_map(m, s, map);
-    for (int32_t q = 0; q < p && h; q++) {
-        if (map[q] < 0) {
-            h = 0;
-            break;
-        }
-        h = hist_next(h, m->cell[map[q]].token);
-        if (m->cell[map[q]].hist != h) h = 0;
-    }
-    while (m->cell[c].seqs)
-        c++;
-    m->cell[c].pos = p;
-    m->cell[c].seqs = 1u << s;
-    m->cell[c].token = token;
-    m->cell[c].hist = h ? hist_next(h, token) : 0;
-}
-
-static bool in_range(int32_t p, int32_t p0, int32_t p1) {
-    return p >= (p0 < 0 ? 0 : p0) && (p1 < 0 || p < p1);
-}
-
-static void model_rm(kv_model *m, int32_t s, int32_t p0, int32_t p1) {
-    uint32_t bits = s < 0 ? (1u << N_SEQ) - 1 : 1u << s;
-    for (int32_t c = 0; c < N_CTX; c++) {
-        if (!(m->cell[c].seqs & bits) || !in_range(m->cell[c].pos, p0, p1)) continue;
-        m->cell[c].seqs &= ~bits;
-        if (!m->cell[c].seqs) m->cell[c].pos = -1;
-    }
-}
-
-static void model_cp(kv_model *m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    for (int32_t c = 0; c < N_CTX; c++)
-        if ((m->cell[c].seqs >> src & 1u) && in_range(m->cell[c].pos, p0, p1)) m->cell[c].seqs |= 1u << dst;
-}
-
-static void model_keep(kv_model *m, int32_t s) {
-    for (int32_t c = 0; c < N_CTX; c++) {
-        if (m->cell[c].seqs >> s & 1u)
-            m->cell[c].seqs = 1u << s;
-        else {
-            m->cell[c].seqs = 0;
-            m->cell[c].pos = -1;
-        }
-    }
-}
+#include "kv_model.h"
 
 /* ---------------------------------------------------------------------------------------------------
  * The fuzzer

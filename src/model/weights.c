@@ -11,8 +11,11 @@
 #include "core/core.h"
 #include "tensor/types.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#define KILN__WEIGHT_ALIGN 4 /* bytes: the widest element a kernel loads from a weight (f32) */
 
 kiln_status kiln__model_weight(kiln_model *m, const char *name, int32_t n_dims, const int64_t *ne, bool need_f32,
                                kiln_tensor_info *out) {
@@ -33,6 +36,13 @@ kiln_status kiln__model_weight(kiln_model *m, const char *name, int32_t n_dims, 
     if (!kiln__type_traits(out->type)->supported)
         return kiln__error(KILN_E_UNSUPPORTED, "tensor '%s' has type %s, which Kiln cannot compute with yet", name,
                            kiln__type_name(out->type));
+    /* The kernels read weights in place as f32 / f16 / block-scale words; a file whose general.alignment
+     * is 1 or 2 can place a tensor's data at any address, which they cannot read. */
+    if ((uintptr_t)out->data % KILN__WEIGHT_ALIGN != 0)
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "tensor '%s': its data is not %d-byte aligned (general.alignment %zu); Kiln's kernels "
+                           "need at least %d",
+                           name, KILN__WEIGHT_ALIGN, kiln_gguf_alignment(m->gguf), KILN__WEIGHT_ALIGN);
     m->weight_bytes += out->size;
     return KILN_OK;
 }
