@@ -137,6 +137,8 @@ typedef struct kiln_cpu_isa {
     void (*add_f32)(float *out, const float *x, const float *y, int64_t n);
     void (*mul_f32)(float *out, const float *x, const float *y, int64_t n);
     void (*swiglu_f32)(float *out, const float *g, const float *u, int64_t n); /* silu(g) * u */
+    void (*silu_f32)(float *out, const float *x, int64_t n); /* x * (1 / (1 + e^-x)) */
+    void (*gelu_f32)(float *out, const float *x, int64_t n); /* tanh-approximation GELU */
     float (*sum_sq_f32)(const float *x, int64_t n);                                 /* sum of x^2 */
     void (*scale_mul_f32)(float *out, float s, const float *x, const float *w, int64_t n); /* (s x) w */
     /* Attention (F32, F16 or Q8_0 K/V, with the mask) with kiln__cpu_flash_attention's contract, or false
