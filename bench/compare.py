@@ -1,15 +1,26 @@
 #!/usr/bin/env python3
 """Kiln against llama.cpp on the same GGUF files, in the same session, alternating runs.
 
-usage: bench/compare.py [--kiln build/kiln] [-p 512] [-n 128] [-r 3] [-t 2] [--cpu LEVEL] MODEL.gguf...
+usage: bench/compare.py [--kiln build/kiln] [--llama-bench PATH] [-p 512] [-n 128] [-r 7] [-t 2] [--cpu LEVEL]
+                        MODEL.gguf...
+       bench/compare.py --python [same options] MODEL.gguf...
        bench/compare.py --batched [--llama-batched-bench PATH] [-npp 128] [-ntg 128] [-npl 1,2,4,8,16]
                         [-b 512] [-r 1] [-t 2] [--cpu LEVEL] MODEL.gguf...
 
-For every model and every repetition it runs `kiln bench -r 1 -o json` (which warms up first) and then
-the same two tests through llama.cpp (the llama-cpp-python package, built from source on this machine):
-prompt processing = P random tokens decoded as one batch into an empty cache, generation = N tokens decoded
-one at a time from an empty cache. It prints mean +- sd of tokens/s for both engines and their ratio, the
-llama.cpp version and its build's CPU features. See bench/README.md for setup.
+By default, for every model and every repetition it runs `kiln bench -r 1 -o json` and llama.cpp's own
+`llama-bench -r 1 -o json` (each warms up first, each loads the model itself), the two in alternating order
+(kiln first on odd repetitions, llama-bench first on even ones, so that a drift in the machine's load
+favours neither). prompt processing = P random tokens decoded as one batch into an empty cache, generation
+= N tokens decoded one at a time. It prints, per model and test, the median tokens/s of both engines with
+their spread (min-max over the R runs), the ratio of the medians and the range of the per-repetition
+ratios, the decode bandwidth and its share of the best read bandwidth kiln bench's probe found (it probes
+on the first repetition of every model), and the 1-minute load average seen at the runs. The header names
+the CPU (/proc/cpuinfo's model name), the llama-bench build and the load average at the start. R defaults
+to 7; a ratio on a noisy machine needs that many. llama-bench is built from the llama.cpp sources vendored
+in llama-cpp-python (bench/README.md); --llama-bench PATH or $LLAMA_BENCH names it.
+
+With --python it measures llama.cpp through the llama-cpp-python package instead (built from source on
+this machine; the model loaded once, the same two tests timed around Llama.eval).
 
 With --batched it runs `kiln batched-bench --json` and llama.cpp's `llama-batched-bench --output-format
 jsonl` instead, on the same file with the same -npp/-ntg/-npl lists, n_batch (-b, also llama.cpp's -ub)
@@ -128,33 +139,100 @@ def batched(a):
                   f"| {ktg:.2f} | {ltg:.2f} | {ktg / ltg:.2f} |")
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def load1():
+    return os.getloadavg()[0]
+
+
+def llama_bench_once(a, model):
+    cmd = [a.llama_bench, "-m", model, "-p", str(a.p), "-n", str(a.n), "-t", str(a.t), "-r", "1", "-o", "json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    res = {}
+    for row in json.loads(out):
+        if row["n_prompt"] and not row["n_gen"]:
+            res["pp"] = row["avg_ts"]
+        elif row["n_gen"] and not row["n_prompt"]:
+            res["tg"] = row["avg_ts"]
+    return res
+
+
+def spread(xs):
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def field(a):
+    """Kiln against llama-bench: medians over a.r alternating runs, with the spread and the load."""
+    exe = shutil.which(a.llama_bench) or a.llama_bench
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"compare.py: llama-bench not found at '{a.llama_bench}' (see bench/README.md for how to build "
+                 "it; pass --llama-bench PATH or set $LLAMA_BENCH)")
+    a.llama_bench = exe
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    version = next((l for l in (out.stdout + out.stderr).splitlines() if l.startswith("version:")), "version: ?")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average at start "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"llama.cpp: llama-bench {version[len('version:'):].strip()} ({exe})")
+    print(f"{a.t} threads; {a.r} alternating runs per model; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    rows, bandwidth, how = [], 0.0, ""
+    for model in a.models:
+        got = {"pp": ([], []), "tg": ([], [])}  # test -> (kiln runs, llama.cpp runs), paired by repetition
+        decode, loads = [], []
+        for rep in range(a.r):
+            order = ("kiln", "llama") if rep % 2 == 0 else ("llama", "kiln")
+            res = {}
+            for engine in order:
+                loads.append(load1())
+                if engine == "kiln":
+                    res[engine] = kiln_once(a.kiln, model, a.p, a.n, a.t, a.cpu, rep == 0)
+                else:
+                    res[engine] = llama_bench_once(a, model)
+            k, l = res["kiln"], res["llama"]
+            if k.get("read_bandwidth_gbs", 0) > bandwidth:
+                bandwidth, how = k["read_bandwidth_gbs"], k.get("read_bandwidth_pattern", "")
+            for test in ("pp", "tg"):
+                if test in k and test in l:
+                    got[test][0].append(k[test]["mean"])
+                    got[test][1].append(l[test])
+            if "tg" in k:
+                decode.append(k["tg"]["decode_gbs"])
+            print(f"  {model} rep {rep + 1} ({'/'.join(order)}, load {loads[-1]:.2f}): kiln "
+                  f"{k.get('pp', {}).get('mean', 0):.1f} / {k.get('tg', {}).get('mean', 0):.2f}  llama.cpp "
+                  f"{l.get('pp', 0):.1f} / {l.get('tg', 0):.2f}", file=sys.stderr)
+        for test, n in (("pp", a.p), ("tg", a.n)):
+            ks, ls = got[test]
+            if not ks:
+                continue
+            ratios = [x / y for x, y in zip(ks, ls)]
+            gbs = statistics.median(decode) if test == "tg" and decode else 0
+            rows.append((model.split("/")[-1], f"{test}{n}", spread(ks), spread(ls),
+                         statistics.median(ks) / statistics.median(ls), min(ratios), max(ratios), gbs,
+                         f"{min(loads):.2f}-{max(loads):.2f}"))
+    print(f"read bandwidth found by kiln bench's probe: {bandwidth:.1f} GB/s ({how})\n")
+    print("| model | test | kiln t/s median (min-max) | llama.cpp t/s median (min-max) | kiln / llama.cpp "
+          "(per-run range) | kiln decode GB/s (share of probe) | load avg |")
+    print("|---|---|---|---|---|---|---|")
+    for m, name, ks, ls, ratio, rlo, rhi, gbs, loads in rows:
+        dec = f"{gbs:.1f} ({100 * gbs / bandwidth:.0f}%)" if gbs and bandwidth else ""
+        print(f"| {m} | {name} | {ks} | {ls} | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) | {dec} | {loads} |")
+
+
 def stats(xs):
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (0.0, 0.0)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--kiln", default="build/kiln")
-    ap.add_argument("-p", type=int, default=512)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("-r", type=int, default=None, help="repetitions (default 3; 1 with --batched)")
-    ap.add_argument("-t", type=int, default=2)
-    ap.add_argument("--cpu", default=None, help="force Kiln's kernel level (ref, avx2, avx512, amx)")
-    ap.add_argument("--batched", action="store_true", help="kiln batched-bench against llama-batched-bench")
-    ap.add_argument("--llama-batched-bench", default=os.environ.get("LLAMA_BATCHED_BENCH", "llama-batched-bench"),
-                    help="the llama-batched-bench executable (default: $LLAMA_BATCHED_BENCH, else on PATH)")
-    ap.add_argument("--llama-args", default="", help="more options for llama-batched-bench, e.g. '-kvu'")
-    ap.add_argument("-npp", default="128", help="--batched: prompt tokens per sequence, a list")
-    ap.add_argument("-ntg", default="128", help="--batched: generated tokens per sequence, a list")
-    ap.add_argument("-npl", default="1,2,4,8,16", help="--batched: parallel sequences, a list")
-    ap.add_argument("-b", type=int, default=512, help="--batched: n_batch (and llama.cpp's n_ubatch)")
-    a = ap.parse_args()
-    if a.r is None:
-        a.r = 1 if a.batched else 3
-    if a.batched:
-        return batched(a)
-
+def python_binding(a):
+    """Kiln against llama.cpp through llama-cpp-python: mean +- sd over a.r alternating runs."""
     import llama_cpp
 
     print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__}")
@@ -191,6 +269,34 @@ def main():
     for m, name, km, ksd, lm, lsd, ratio, extra in rows:
         print(f"| {m} | {name} | {km:.2f} ± {ksd:.2f} | {lm:.2f} ± {lsd:.2f} | {ratio:.2f} | {extra} |")
 
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--kiln", default="build/kiln")
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-r", type=int, default=None, help="repetitions (default 7; 3 with --python; 1 with --batched)")
+    ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("--cpu", default=None, help="force Kiln's kernel level (ref, avx2, avx512, amx)")
+    ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", "llama-bench"),
+                    help="the llama-bench executable (default: $LLAMA_BENCH, else on PATH)")
+    ap.add_argument("--python", action="store_true", help="llama.cpp through llama-cpp-python, not llama-bench")
+    ap.add_argument("--batched", action="store_true", help="kiln batched-bench against llama-batched-bench")
+    ap.add_argument("--llama-batched-bench", default=os.environ.get("LLAMA_BATCHED_BENCH", "llama-batched-bench"),
+                    help="the llama-batched-bench executable (default: $LLAMA_BATCHED_BENCH, else on PATH)")
+    ap.add_argument("--llama-args", default="", help="more options for llama-batched-bench, e.g. '-kvu'")
+    ap.add_argument("-npp", default="128", help="--batched: prompt tokens per sequence, a list")
+    ap.add_argument("-ntg", default="128", help="--batched: generated tokens per sequence, a list")
+    ap.add_argument("-npl", default="1,2,4,8,16", help="--batched: parallel sequences, a list")
+    ap.add_argument("-b", type=int, default=512, help="--batched: n_batch (and llama.cpp's n_ubatch)")
+    a = ap.parse_args()
+    if a.r is None:
+        a.r = 1 if a.batched else 3 if a.python else 7
+    if a.batched:
+        return batched(a)
+    return python_binding(a) if a.python else field(a)
 
 if __name__ == "__main__":
     main()

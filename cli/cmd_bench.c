@@ -4,18 +4,15 @@
  * Prompt processing (pp) decodes P random tokens as one batch into an empty cache; generation (tg) decodes
  * N tokens one at a time from an empty cache. Each test runs once to warm up, then R times; the table
  * shows mean +- standard deviation of tokens per second. At start-up the tool measures the machine's read
- * bandwidth with T threads each reading 8 interleaved streams of a buffer far larger than the caches, with
- * software prefetch 2 KB ahead in each (a single sequential stream, or no prefetch, under-reports what a
- * matmul with several weight rows in flight gets: 26.5 against 31.4 GB/s with 2 threads on the issue's
- * Sapphire Rapids machine, 2026-11-24), and
- * reports decode bandwidth = weight bytes read per generated token x tokens per second, and its share of
- * the measured bandwidth. Weight bytes per token are all weights except the token-embedding table, of
+ * bandwidth (bandwidth.c: the best of several access patterns with up to T threads), and reports decode
+ * bandwidth = weight bytes read per generated token x tokens per second, and its share of the measured
+ * bandwidth. Weight bytes per token are all weights except the token-embedding table, of
  * which one row is read (when the output projection has its own matrix).
  */
+#include "bandwidth.h"
 #include "common.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +36,16 @@ static const char bench_help[] =
     "  -o, --output F      md (default) or json\n"
     "  --cpu LEVEL         force a kernel level: ref, avx2, avx512, amx or neon (same as KILN_CPU=LEVEL);\n"
     "                      a level the CPU lacks falls back to the best one below it (neon: ref)\n"
-    "  --no-bandwidth      skip the start-up read-bandwidth measurement\n"
+    "  --no-bandwidth      skip the start-up read-bandwidth probe (a few seconds: the best of several\n"
+    "                      access patterns, page sizes and thread counts)\n"
+    "  -v, --verbose       print every pattern the bandwidth probe tries to stderr\n"
     "  -h, --help          this text\n";
 
 typedef struct bench_options {
     const char *model, *output;
     long n_prompt, n_gen, reps;
     cli_engine engine;
-    bool bandwidth;
+    bool bandwidth, verbose;
 } bench_options;
 
 typedef struct bench_result {
@@ -69,6 +68,7 @@ static int parse(int argc, char **argv, bench_options *o) {
             ok = cli_arg_int("bench", argc, argv, &i, 1, 1000, &o->reps);
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = cli_arg_str("bench", argc, argv, &i, &o->output);
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
         else if (!cli_arg_engine("bench", argc, argv, &i, &o->engine, &ok))
             return cli_usage_error("bench", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
@@ -76,59 +76,6 @@ static int parse(int argc, char **argv, bench_options *o) {
     if (strcmp(o->output, "md") && strcmp(o->output, "json"))
         return cli_usage_error("bench", "output format '%s' is neither md nor json", o->output);
     return CLI_OK;
-}
-
-/* ---- read bandwidth ---- */
-
-#define BW_STREAMS 8
-#define BW_PREFETCH_WORDS 256 /* 2 KB ahead in each stream */
-#define BW_BYTES ((size_t)768 << 20)
-
-typedef struct bw_job {
-    const uint64_t *base;
-    size_t words; /* this thread's share */
-    uint64_t sum;
-} bw_job;
-
-static void *bw_read(void *p) {
-    bw_job *j = p;
-    size_t stream = j->words / BW_STREAMS / 8 * 8;
-    uint64_t acc[8] = {0};
-    for (size_t i = 0; i < stream; i += 8)
-        for (int s = 0; s < BW_STREAMS; s++) {
-            const uint64_t *q = j->base + (size_t)s * stream + i;
-            __builtin_prefetch(q + BW_PREFETCH_WORDS); /* as the decode kernels do; past the end is harmless */
-            for (int w = 0; w < 8; w++) acc[w] += q[w];
-        }
-    for (int w = 0; w < 8; w++) j->sum += acc[w];
-    return NULL;
-}
-
-/* Best of three passes over a 768 MiB buffer with n threads, in GB/s (0 on failure). */
-static double measure_bandwidth(int n) {
-    uint64_t *buf = malloc(BW_BYTES);
-    bw_job jobs[64];
-    pthread_t th[64];
-    double best = 0;
-    if (!buf || n > 64) {
-        free(buf);
-        return 0;
-    }
-    memset(buf, 1, BW_BYTES);
-    for (int pass = 0; pass < 4; pass++) {
-        size_t share = BW_BYTES / sizeof(uint64_t) / (size_t)n;
-        double t0 = cli_now_seconds(), dt;
-        for (int i = 0; i < n; i++) {
-            jobs[i] = (bw_job){buf + (size_t)i * share, share, 0};
-            if (i > 0 && pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) n = i;
-        }
-        bw_read(&jobs[0]);
-        for (int i = 1; i < n; i++) pthread_join(th[i], NULL);
-        dt = cli_now_seconds() - t0;
-        if (pass > 0 && dt > 0) best = fmax(best, (double)(share / BW_STREAMS / 8 * 8 * BW_STREAMS) * 8.0 * n / dt / 1e9);
-    }
-    free(buf);
-    return best;
 }
 
 /* ---- the two tests ---- */
@@ -187,16 +134,16 @@ static double bytes_per_token(const kiln_model *m) {
     return total;
 }
 
-static void print_report(const bench_options *o, const kiln_model *m, double bw, const bench_result *pp,
-                         const bench_result *tg) {
+static void print_report(const bench_options *o, const kiln_model *m, double bw, const char *bw_how,
+                         const bench_result *pp, const bench_result *tg) {
     double size = (double)kiln_model_weight_bytes(m), bpt = bytes_per_token(m);
     double dec = tg ? bpt * tg->mean / 1e9 : 0;
     const char *level = kiln_get_cpu_level();
     long n_threads = o->engine.n_threads;
     if (!strcmp(o->output, "json")) {
         printf("{\"model\": \"%s\", \"size_bytes\": %.0f, \"bytes_per_token\": %.0f, \"threads\": %ld, "
-               "\"cpu\": \"%s\", \"read_bandwidth_gbs\": %.2f",
-               o->model, size, bpt, n_threads, level, bw);
+               "\"cpu\": \"%s\", \"read_bandwidth_gbs\": %.2f, \"read_bandwidth_pattern\": \"%s\"",
+               o->model, size, bpt, n_threads, level, bw, bw_how);
         if (pp) printf(", \"pp\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f}", o->n_prompt, pp->mean, pp->sd);
         if (tg)
             printf(", \"tg\": {\"n\": %ld, \"mean\": %.3f, \"sd\": %.3f, \"decode_gbs\": %.2f, \"share\": %.3f}",
@@ -206,7 +153,7 @@ static void print_report(const bench_options *o, const kiln_model *m, double bw,
     }
     printf("model: %s (%.2f GiB of weights, %.2f GB read per generated token)\n", o->model, size / 1073741824.0,
            bpt / 1e9);
-    if (bw > 0) printf("read bandwidth: %.1f GB/s (%ld threads x %d streams)\n", bw, n_threads, BW_STREAMS);
+    if (bw > 0) printf("read bandwidth: %.1f GB/s (the best pattern: %s)\n", bw, bw_how);
     printf("\n| test | threads | cpu | t/s | decode GB/s | share of read bandwidth |\n|---|---|---|---|---|---|\n");
     if (pp) printf("| pp%ld | %ld | %s | %.2f ± %.2f | | |\n", o->n_prompt, n_threads, level, pp->mean, pp->sd);
     if (tg) {
@@ -217,13 +164,14 @@ static void print_report(const bench_options *o, const kiln_model *m, double bw,
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {NULL, "md", 512, 128, 5, {0}, true};
+    bench_options o = {NULL, "md", 512, 128, 5, {0}, true, false};
     bench_result pp, tg;
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
     kiln_ctx_params cp;
     int32_t *toks = NULL;
     double bw = 0;
+    char bw_how[160] = "";
     kiln_status s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
@@ -240,10 +188,10 @@ int cmd_bench(int argc, char **argv) {
     }
     fill_tokens(toks, cp.n_ctx, kiln_model_n_vocab(m));
     if ((s = kiln_ctx_create(m, &cp, &ctx))) rc = cli_fail("bench", s, "creating a context");
-    if (!rc && o.bandwidth) bw = measure_bandwidth((int)o.engine.n_threads);
+    if (!rc && o.bandwidth) bw = cli_read_bandwidth((int)o.engine.n_threads, bw_how, sizeof bw_how, o.verbose ? stderr : NULL);
     if (!rc && o.n_prompt > 0) rc = run_test(ctx, toks, o.n_prompt, false, o.reps, &pp);
     if (!rc && o.n_gen > 0) rc = run_test(ctx, toks, o.n_gen, true, o.reps, &tg);
-    if (!rc) print_report(&o, m, bw, o.n_prompt > 0 ? &pp : NULL, o.n_gen > 0 ? &tg : NULL);
+    if (!rc) print_report(&o, m, bw, bw_how, o.n_prompt > 0 ? &pp : NULL, o.n_gen > 0 ? &tg : NULL);
     kiln_ctx_destroy(ctx);
     kiln_model_destroy(m);
     free(toks);

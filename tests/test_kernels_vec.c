@@ -5,6 +5,8 @@
  *   sum_sq                partial sums in another order: |got - want| <= n * 1.2e-7 * want (all terms >= 0);
  *   swiglu                through the level's exp (2.5e-7 relative) and one division: 1e-6 relative,
  *                         plus 1e-30 absolute for results that underflow;
+ *   silu, gelu            against the reference's definitions (see the test for the bounds and the
+ *                         inf/NaN behaviour);
  *   exp                   against libm's expf: 2.5e-7 relative (about 2 float ulp); AVX2 and AVX-512
  *                         bit-identical to each other.
  */
@@ -83,6 +85,69 @@ static void every_level_swiglu_matches_the_reference(void) {
     }
 }
 
+/* silu and gelu at every level against the reference level (kiln__act_apply's definitions) on a sweep
+ * of [-30, 30], random rows of odd length (tails), and the edges. Tolerances (worst seen over 2e6 points
+ * of [-30, 30] at AVX2 and AVX-512: 3.1e-7 relative for silu, 1.9e-7 |x| for gelu):
+ *   silu  |got - want| <= 1e-6 |want| + 1e-30 (the level's exp and one division; swiglu's bound);
+ *   gelu  |got - want| <= 4e-7 |x| + 1e-30. The levels compute x / (1 + e^(-2u)), the reference
+ *         0.5 x (1 + tanhf(u)); for negative x the reference's 1 + tanhf(u) cancels (tanhf's own
+ *         rounding, ~6e-8, becomes absolute error on a factor near 0), so the bound is on |x|, of which
+ *         the result is a fraction, not on the result.
+ * Edges, identical at every level: -inf gives NaN for both (x * 0, as the reference's factor 0 gives);
+ * +inf gives +inf; NaN gives NaN; far negative finite inputs (gelu below -10, silu below -88) give -0;
+ * huge positive ones give x exactly. */
+static void check_act_row(kiln_cpu_level l, const char *name, const float *in, const float *g, const float *w,
+                          int n, bool gelu) {
+    for (int i = 0; i < n; i++) {
+        bool ok;
+        if (isnan(w[i])) ok = isnan(g[i]);
+        else if (isinf(w[i])) ok = g[i] == w[i];
+        else if (gelu) ok = fabsf(g[i] - w[i]) <= 4e-7f * fabsf(in[i]) + 1e-30f;
+        else ok = fabsf(g[i] - w[i]) <= 1e-6f * fabsf(w[i]) + 1e-30f;
+        if (!ok) {
+            harness_fail(__FILE__, __LINE__, "level %s %s element %d (x %.9g): %.9g vs %.9g", kiln__cpu_level_name(l),
+                         name, i, (double)in[i], g[i], w[i]);
+            return;
+        }
+    }
+}
+
+static void every_level_gelu_and_silu_match_the_reference(void) {
+    enum { NS = 60001 };
+    static float sx[NS], sw[NS], sg[NS];
+    static const float edge[] = {-INFINITY, INFINITY, NAN, -1e30f, -200.0f, -89.0f, -10.5f, -9.9f, -5.0f,
+                                 -0.0f, 0.0f, 1e-30f, -1e-30f, 1e30f, 3e38f, 95.0f};
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    float ew[KILN__ARRAY_LEN(edge)], eg[KILN__ARRAY_LEN(edge)];
+    int ne = (int)KILN__ARRAY_LEN(edge);
+    for (int i = 0; i < NS; i++) sx[i] = -30.0f + 60.0f * (float)i / (float)(NS - 1);
+    fill_random(x, N, 31);
+    for (int i = 0; i < N; i++) x[i] *= 8.0f;
+    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int gelu = 0; gelu < 2; gelu++) {
+            void (*want_fn)(float *, const float *, int64_t) = gelu ? ref->gelu_f32 : ref->silu_f32;
+            void (*got_fn)(float *, const float *, int64_t) = gelu ? isa->gelu_f32 : isa->silu_f32;
+            const char *name = gelu ? "gelu" : "silu";
+            want_fn(sw, sx, NS);
+            got_fn(sg, sx, NS);
+            check_act_row((kiln_cpu_level)l, name, sx, sg, sw, NS, gelu);
+            want_fn(want, x, 1043);
+            memcpy(got, x, sizeof x); /* in place, on a row with a tail */
+            got_fn(got, got, 1043);
+            check_act_row((kiln_cpu_level)l, name, x, got, want, 1043, gelu);
+            want_fn(ew, edge, ne);
+            got_fn(eg, edge, ne);
+            check_act_row((kiln_cpu_level)l, name, edge, eg, ew, ne, gelu);
+            CHECK(isnan(eg[0]) && isnan(ew[0]));                  /* -inf */
+            CHECK(eg[1] == INFINITY && isnan(eg[2]));             /* +inf, NaN */
+            CHECK(eg[3] == 0.0f && signbit(eg[3]) && eg[4] == 0.0f); /* far negative: -0 */
+            CHECK(eg[13] == 1e30f && eg[14] == 3e38f);            /* huge positive: x */
+        }
+    }
+}
+
 /* exp_f32 at every level against libm's expf over the range softmax uses (x <= 0, down to underflow)
  * and beyond: relative error <= 2.5e-7 (about 2 float ulp), exact 0 for -inf and far below. */
 static void every_level_exp_is_within_two_ulp_of_libm(void) {
@@ -128,6 +193,7 @@ int main(void) {
     RUN(every_level_adds_and_multiplies_rows_exactly);
     RUN(every_level_sums_squares_within_float_rounding);
     RUN(every_level_swiglu_matches_the_reference);
+    RUN(every_level_gelu_and_silu_match_the_reference);
     RUN(every_level_exp_is_within_two_ulp_of_libm);
     RUN(avx2_and_avx512_exp_give_the_same_bits);
     return harness_finish();

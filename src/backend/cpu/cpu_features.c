@@ -62,7 +62,11 @@ static bool request_amx(void) {
 static void detect_x86(kiln_cpu_features *f) {
     unsigned int a, b, c, d;
     bool osxsave;
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* the vendor string, "AuthenticAMD", in ebx, edx, ecx */
+        f->amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    f->family = (a >> 8) & 0xf;
+    if (f->family == 0xf) f->family += (a >> 20) & 0xff; /* the extended family */
     f->fma = (c >> 12) & 1;
     f->f16c = (c >> 29) & 1;
     osxsave = (c >> 27) & 1;
@@ -149,6 +153,8 @@ const kiln_cpu_features *kiln__cpu_features(void) {
     pthread_once(&once, detect);
     return &features;
 }
+
+int kiln__cpu_decode_streams(void) { return kiln__cpu_features()->amd ? 1 : 0; }
 
 kiln_cpu_level kiln__cpu_max_level(void) {
     pthread_once(&once, detect);

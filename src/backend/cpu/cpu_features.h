@@ -28,6 +28,10 @@ typedef struct kiln_cpu_features {
     bool amx_tile, amx_int8, amx_bf16;
     bool os_avx, os_avx512, os_amx; /* the OS saves the register state (xgetbv) */
     bool asimd, asimddp;            /* aarch64 hwcaps: Advanced SIMD, its dot-product instructions */
+    /* x86-64: the vendor and display family (cpuid leaf 1, extended family added), for the few kernel
+     * parameters chosen per microarchitecture where measured (AMD family 0x1a: Zen 5). */
+    bool amd;
+    unsigned family;
 } kiln_cpu_features;
 
 /* What the CPU offers (detected once). */
@@ -44,6 +48,12 @@ kiln_cpu_level kiln__cpu_level(void);
  * last level); returns the level actually selected. Call only while no graph is computing. */
 kiln_cpu_level kiln__cpu_force_level(kiln_cpu_level level);
 const char *kiln__cpu_level_name(kiln_cpu_level level);
+/* How many interleaved weight streams the AVX-512 decode tiles (one activation column; Q8_0, Q4_0, F16,
+ * BF16) walk in each group of 16 rows: 1 on AMD CPUs, where one sequential run per thread read fastest
+ * (measured on a Zen 5 EPYC, docs/performance.md); 0 elsewhere, meaning each tile's own count (4 or 8,
+ * measured on Sapphire Rapids). Chosen by vendor, not family: that Zen 5 VM's cpuid reports family 0x19
+ * model 0x11 (Genoa's numbers), so a family test would have missed the one machine measured. */
+int kiln__cpu_decode_streams(void);
 /* Parse "ref", "avx2", "avx512", "amx" or "neon"; false for anything else. */
 bool kiln__cpu_level_parse(const char *name, kiln_cpu_level *out);
 

@@ -112,9 +112,9 @@ static inline const int32_t *kiln__q8_row_s(const void *row, int64_t k) {
  * BF16 weights, a q8 row for quantized weights. The result for one (r, c) does not depend on nr or on
  * where the tile starts, so any split of rows over threads gives identical outputs. Nor does it depend
  * on nc, with one exception: the packed Q8_0/Q4_0 tiles (x86/avx512_packed.c) sum a lone column
- * (nc == 1, decode) in 4 interleaved block segments, which keeps 4 memory streams in flight, while
- * several columns sum their blocks in order (as the AMX tiles do, bit for bit); the two differ within
- * float rounding of the block sum. */
+ * (nc == 1, decode) in kiln__cpu_decode_streams() interleaved block segments (4, or 1 on AMD), which keeps
+ * that many memory streams in flight, while several columns sum their blocks in order (as the AMX tiles
+ * do, bit for bit); the two differ within float rounding of the block sum. */
 typedef void (*kiln_mm_fn)(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                            int64_t nc, float *out, size_t os);
 
@@ -137,6 +137,8 @@ typedef struct kiln_cpu_isa {
     void (*add_f32)(float *out, const float *x, const float *y, int64_t n);
     void (*mul_f32)(float *out, const float *x, const float *y, int64_t n);
     void (*swiglu_f32)(float *out, const float *g, const float *u, int64_t n); /* silu(g) * u */
+    void (*silu_f32)(float *out, const float *x, int64_t n); /* x * (1 / (1 + e^-x)) */
+    void (*gelu_f32)(float *out, const float *x, int64_t n); /* tanh-approximation GELU */
     float (*sum_sq_f32)(const float *x, int64_t n);                                 /* sum of x^2 */
     void (*scale_mul_f32)(float *out, float s, const float *x, const float *w, int64_t n); /* (s x) w */
     /* Attention (F32, F16 or Q8_0 K/V, with the mask) with kiln__cpu_flash_attention's contract, or false

@@ -9,7 +9,6 @@
 
 #include "tensor/types.h"
 
-#include <math.h>
 #include <string.h>
 
 void kiln__cpu_get_rows(const kiln_cpu_args *a) {
@@ -58,13 +57,13 @@ void kiln__cpu_mul(const kiln_cpu_args *a) { binary(a, true); }
 void kiln__cpu_silu(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0];
     int64_t r0, r1;
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const float *xr = (const float *)kiln__cpu_row(x, i1, i2, i3);
-        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
-        for (int64_t i = 0; i < x->ne[0]; i++) out[i] = xr[i] * (1.0f / (1.0f + expf(-xr[i])));
+        isa->silu_f32((float *)kiln__cpu_row(a->dst, i1, i2, i3), xr, x->ne[0]);
     }
 }
 

@@ -5,7 +5,10 @@
  * cheap to keep (rms_norm_mul multiplies the normalized value by the weight, as rms_norm then mul does;
  * swiglu computes silu(g) then the product), so fusing does not change results. Contiguous rows of
  * swiglu and rms_norm_mul go through the level's row helpers (kernels_vec_ref.c is their reference; the
- * SIMD sum of squares and exp differ from these loops by float rounding only).
+ * SIMD sum of squares and exp differ from these loops by float rounding only). The activations of
+ * contiguous rows (gelu, silu, relu, add_act, and the linear op's epilogue in kernels_matmul.c) go
+ * through kiln__act_row and the level's gelu/silu helpers, which differ from kiln__act_apply within the
+ * tolerances test_kernels_vec.c states.
  */
 #include "backend/cpu/kernels_fused.h"
 
@@ -23,10 +26,26 @@ float kiln__act_apply(int32_t act, float x) {
     }
 }
 
+void kiln__act_row(const kiln_cpu_isa *isa, int32_t act, float *out, const float *x, int64_t n) {
+    switch (act) {
+    case KILN_ACT_GELU: isa->gelu_f32(out, x, n); return;
+    case KILN_ACT_SILU: isa->silu_f32(out, x, n); return;
+    case KILN_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    default:
+        if (out != x) memmove(out, x, (size_t)n * sizeof(float));
+        return;
+    }
+}
+
 typedef float (*unary_fn)(const kiln_tensor *node, float x);
 
-static void unary_rows(const kiln_cpu_args *a, unary_fn f) {
+/* out = f(x) per element; act names the activation f computes (KILN_ACT_NONE: another function), whose
+ * contiguous rows go through kiln__act_row. */
+static void unary_rows(const kiln_cpu_args *a, unary_fn f, int32_t act) {
     const kiln_tensor *x = a->dst->src[0];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
     int64_t r0, r1;
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -34,6 +53,10 @@ static void unary_rows(const kiln_cpu_args *a, unary_fn f) {
         kiln__cpu_row_index(x, r, &i1, &i2, &i3);
         const char *xr = kiln__cpu_row(x, i1, i2, i3);
         float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        if (act != KILN_ACT_NONE && x->nb[0] == sizeof(float)) {
+            kiln__act_row(isa, act, out, (const float *)xr, x->ne[0]);
+            continue;
+        }
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = f(a->dst, *(const float *)(xr + i * (int64_t)x->nb[0]));
     }
 }
@@ -43,10 +66,10 @@ static float tanh_fn(const kiln_tensor *n, float x) { (void)n; return tanhf(x); 
 static float relu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_RELU, x); }
 static float gelu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_GELU, x); }
 
-void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn); }
-void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn); }
-void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn); }
-void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn); }
+void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn, KILN_ACT_NONE); }
+void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn, KILN_ACT_NONE); }
+void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn, KILN_ACT_RELU); }
+void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn, KILN_ACT_GELU); }
 
 void kiln__cpu_concat(const kiln_cpu_args *a) {
     size_t row = a->dst->nb[1];
@@ -112,7 +135,24 @@ static float swiglu_fn(const kiln_tensor *n, float g, float u) {
     return kiln__act_apply(KILN_ACT_SILU, g) * u;
 }
 
-void kiln__cpu_add_act(const kiln_cpu_args *a) { binary_rows(a, add_act_fn); }
+void kiln__cpu_add_act(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0], *y = a->dst->src[1];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
+    int64_t r0, r1;
+    if (x->nb[0] != sizeof(float) || y->nb[0] != sizeof(float) || y->ne[0] != x->ne[0]) {
+        binary_rows(a, add_act_fn);
+        return;
+    }
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) { /* contiguous rows: the sum, then the activation in place */
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        isa->add_f32(out, (const float *)kiln__cpu_row(x, i1, i2, i3),
+                     (const float *)kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]), x->ne[0]);
+        kiln__act_row(isa, a->dst->ip[0], out, out, x->ne[0]);
+    }
+}
 
 void kiln__cpu_swiglu(const kiln_cpu_args *a) {
     const kiln_tensor *g = a->dst->src[0], *u = a->dst->src[1];

@@ -22,5 +22,8 @@ void kiln__cpu_acc(const kiln_cpu_args *a);
 
 /* The activation functions of the fused ops, one value at a time (the reference definitions). */
 float kiln__act_apply(int32_t act, float x);
+/* The same over a contiguous row of n floats through the level's row helpers (isa->silu_f32, gelu_f32;
+ * relu exactly); out may be x. */
+void kiln__act_row(const kiln_cpu_isa *isa, int32_t act, float *out, const float *x, int64_t n);
 
 #endif

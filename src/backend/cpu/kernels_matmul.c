@@ -77,19 +77,23 @@ static void quantize_columns(const kiln_cpu_args *a, const kiln_cpu_isa *isa) {
     }
 }
 
-/* The linear op's scale, bias and activation on outputs [n0, n0 + rows) of M columns. */
+/* The linear op's scale, bias and activation on outputs [n0, n0 + rows) of M columns; the activation
+ * runs over each column's rows through the level's row helper (kiln__act_row). */
 static void epilogue(const kiln_tensor *dst, float *out, size_t os, int64_t rows, int64_t M, int64_t n0) {
     const kiln_tensor *bias = dst->src[2];
+    const float *b = bias ? (const float *)bias->data + n0 : NULL;
     float alpha = dst->fp[0];
     int32_t act = dst->ip[0];
+    const kiln_cpu_isa *isa = kiln__cpu_isa();
     if (alpha == 1.0f && !bias && act == KILN_ACT_NONE) return; /* a plain product */
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t r = 0; r < rows; r++) {
-            float v = out[m * (int64_t)os + r];
-            if (alpha != 1.0f) v *= alpha;
-            if (bias) v += ((const float *)bias->data)[n0 + r];
-            out[m * (int64_t)os + r] = kiln__act_apply(act, v);
-        }
+    for (int64_t m = 0; m < M; m++) {
+        float *o = out + m * (int64_t)os;
+        if (alpha != 1.0f)
+            for (int64_t r = 0; r < rows; r++) o[r] *= alpha;
+        if (b)
+            for (int64_t r = 0; r < rows; r++) o[r] += b[r];
+        kiln__act_row(isa, act, o, o, rows);
+    }
 }
 
 /* Rows [n0, n1) of one batch, in cache blocks. */

@@ -5,6 +5,7 @@
  * contiguous rows and keep their strided loops for views.
  */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_fused.h"
 
 #include <math.h>
 
@@ -25,6 +26,15 @@ static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] * (1.0f / (1.0f + expf(-g[i]))) * u[i];
 }
 
+/* The activations one value at a time, by their definitions in kiln__act_apply. */
+static void silu_f32(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = kiln__act_apply(KILN_ACT_SILU, x[i]);
+}
+
+static void gelu_f32(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = kiln__act_apply(KILN_ACT_GELU, x[i]);
+}
+
 static float sum_sq_f32(const float *x, int64_t n) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
@@ -40,6 +50,8 @@ void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t) {
     t->add_f32 = add_f32;
     t->mul_f32 = mul_f32;
     t->swiglu_f32 = swiglu_f32;
+    t->silu_f32 = silu_f32;
+    t->gelu_f32 = gelu_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }

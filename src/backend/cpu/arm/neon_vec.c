@@ -1,9 +1,9 @@
 /*
  * neon_vec.c - neon elementwise row helpers and exp (references: kernels_vec_ref.c). add, mul and
  * scale_mul do the reference's float operations lane by lane, so they give its exact bits; sum_sq keeps
- * 4-lane partial sums (another order: within float rounding of the reference); exp and swiglu use exp4
- * below (within 2.5e-7 relative of expf). Tails run the reference's scalar expressions, or exp4 on a
- * zero-padded vector.
+ * 4-lane partial sums (another order: within float rounding of the reference); exp, swiglu, silu and gelu
+ * use exp4 below (within 2.5e-7 relative of expf). Tails run the reference's scalar expressions, or exp4
+ * on a zero-padded vector.
  *
  * exp4: range reduction x = n ln2 + r with a two-part ln2 (|r| <= ln2 / 2), the degree-7 Taylor
  * polynomial of e^r (truncation r^8 / 8! < 5e-9, below float precision), then scaling by 2^n in two exact
@@ -83,6 +83,35 @@ static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
     if (i < n) store_part(out + i, swiglu4(load_part(g + i, n - i), load_part(u + i, n - i)), n - i);
 }
 
+/* silu and gelu as in x86/avx512_vec.c (same formulas): x * 0 below -88 and -10 respectively, where the
+ * reference's factor is 0 (so -inf gives NaN as there), +inf gives +inf, NaN stays NaN. */
+static inline float32x4_t silu4(float32x4_t x) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    float32x4_t sig = vdivq_f32(one, vaddq_f32(one, exp4(vnegq_f32(x))));
+    uint32x4_t far = vcltq_f32(x, vdupq_n_f32(-88.0f));
+    return vbslq_f32(far, vmulq_n_f32(x, 0.0f), vmulq_f32(x, sig));
+}
+
+static inline float32x4_t gelu4(float32x4_t x) {
+    float32x4_t inner = vfmaq_f32(x, vmulq_n_f32(vmulq_f32(x, x), 0.044715f), x);
+    float32x4_t e = exp4(vmulq_n_f32(inner, -1.5957691216057308f));
+    float32x4_t g = vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), e));
+    uint32x4_t far = vcltq_f32(x, vdupq_n_f32(-10.0f));
+    return vbslq_f32(far, vmulq_n_f32(x, 0.0f), g);
+}
+
+static void silu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, silu4(vld1q_f32(x + i)));
+    if (i < n) store_part(out + i, silu4(load_part(x + i, n - i)), n - i);
+}
+
+static void gelu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, gelu4(vld1q_f32(x + i)));
+    if (i < n) store_part(out + i, gelu4(load_part(x + i, n - i)), n - i);
+}
+
 static float sum_sq_f32(const float *x, int64_t n) {
     float32x4_t acc = vdupq_n_f32(0.0f);
     int64_t i = 0;
@@ -109,6 +138,8 @@ void kiln__cpu_isa_init_neon_vec(kiln_cpu_isa *t) {
     t->add_f32 = add_f32;
     t->mul_f32 = mul_f32;
     t->swiglu_f32 = swiglu_f32;
+    t->silu_f32 = silu_f32;
+    t->gelu_f32 = gelu_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }

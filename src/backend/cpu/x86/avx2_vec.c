@@ -1,10 +1,10 @@
 /*
  * avx2_vec.c - AVX2 elementwise row helpers (references: kernels_vec_ref.c), for the many CPUs with AVX2
  * but no AVX-512. As in avx512_vec.c: add, mul and scale_mul do the reference's float operations lane by
- * lane (its exact bits); sum_sq keeps 8 partial sums (within float rounding of the reference); exp and
- * swiglu use kiln__exp8 (avx2_exp.h, within 2.5e-7 relative of expf). Tails run the reference's scalar
- * loop, except exp and swiglu, whose tails go through a zero-padded vector so that every element of a row
- * gets the same exp.
+ * lane (its exact bits); sum_sq keeps 8 partial sums (within float rounding of the reference); exp,
+ * swiglu, silu and gelu use kiln__exp8 (avx2_exp.h, within 2.5e-7 relative of expf). Tails run the
+ * reference's scalar loop, except those four, whose tails go through a zero-padded vector so that every
+ * element of a row gets the same exp.
  */
 #include "backend/cpu/kernels.h"
 
@@ -62,6 +62,35 @@ KILN_AVX2 static void swiglu_f32(float *out, const float *g, const float *u, int
     if (i < n) TAIL(n - i, out + i, swiglu8, load_part(g + i, n - i), load_part(u + i, n - i));
 }
 
+/* silu and gelu as in avx512_vec.c (same formulas, same exp polynomial, the same bits): x * 0 below -88
+ * and -10 respectively, where the reference's factor is 0. */
+KILN_AVX2 static inline __m256 silu8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, kiln__exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    __m256 far = _mm256_cmp_ps(x, _mm256_set1_ps(-88.0f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_mul_ps(x, sig), _mm256_mul_ps(x, _mm256_setzero_ps()), far);
+}
+
+KILN_AVX2 static inline __m256 gelu8(__m256 x) {
+    __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(x, x)), x, x);
+    __m256 e = kiln__exp8(_mm256_mul_ps(inner, _mm256_set1_ps(-1.5957691216057308f)));
+    __m256 g = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    __m256 far = _mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(g, _mm256_mul_ps(x, _mm256_setzero_ps()), far);
+}
+
+KILN_AVX2 static void silu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu8(_mm256_loadu_ps(x + i)));
+    if (i < n) TAIL(n - i, out + i, silu8, load_part(x + i, n - i));
+}
+
+KILN_AVX2 static void gelu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (i < n) TAIL(n - i, out + i, gelu8, load_part(x + i, n - i));
+}
+
 KILN_AVX2 static float sum_sq_f32(const float *x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
@@ -89,6 +118,8 @@ void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t) {
     t->add_f32 = add_f32;
     t->mul_f32 = mul_f32;
     t->swiglu_f32 = swiglu_f32;
+    t->silu_f32 = silu_f32;
+    t->gelu_f32 = gelu_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }

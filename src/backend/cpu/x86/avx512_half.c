@@ -8,7 +8,7 @@
  * interleave with zeros widens it (that interleave works within 128-bit lanes, which only changes which
  * row each lane pair holds: the final permutation undoes it).
  *
- *   decode   (1 column) memory-bound: the group's pairs are walked as STREAMS independent streams, each
+ *   decode   (1 column) memory-bound: the group's pairs are walked as S independent streams, each
  *            with its own accumulators and a software prefetch AHEAD bytes in front (near its end, into
  *            the same stream of the next group), because one thread's read bandwidth grows with the
  *            number of streams in flight and short streams end before the hardware prefetcher ramps up.
@@ -19,7 +19,7 @@
  *
  * Results depend only on the group and the column count of the pass (1 or more), never on nr or on
  * where a thread's rows start. The reference is the unpacked scalar tile (kernels_mm_ref.c), which sums
- * left to right; these sum even and odd elements in separate lanes (and decode in STREAMS segments).
+ * left to right; these sum even and odd elements in separate lanes (and decode in S segments).
  */
 #include "backend/cpu/kernels.h"
 
@@ -31,7 +31,7 @@
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX512
 #define CMAX 12
-#define STREAMS 8
+#define SMAX 8 /* decode streams at most: 8 on Sapphire Rapids, 1 where kiln__cpu_decode_streams() says */
 #define AHEAD 2048
 #define PAIR_BYTES 64 /* one element pair of 16 rows */
 #define CHUNK 256     /* pairs converted at a time: 32 KiB of floats */
@@ -70,16 +70,16 @@ INLINE void store16(float *out, int rows, __m512 v) {
     _mm512_mask_storeu_ps(out, (__mmask16)((1u << rows) - 1), v);
 }
 
-/* One group times one column (np pairs), as STREAMS interleaved streams; next is the following group,
+/* One group times one column (np pairs), as S interleaved streams; next is the following group,
  * only prefetched (prefetching past the end of the weights cannot fault). */
-INLINE void group_decode(int type, int64_t np, const unsigned char *w, const unsigned char *next,
+INLINE void group_decode(int type, int S, int64_t np, const unsigned char *w, const unsigned char *next,
                          const float *x, float *out, int rows) {
-    __m512 acc[STREAMS][2];
-    const int64_t seg = np / STREAMS, ahead = AHEAD / PAIR_BYTES;
-    for (int s = 0; s < STREAMS; s++) acc[s][0] = acc[s][1] = _mm512_setzero_ps();
+    __m512 acc[SMAX][2];
+    const int64_t seg = np / S, ahead = AHEAD / PAIR_BYTES;
+    for (int s = 0; s < S; s++) acc[s][0] = acc[s][1] = _mm512_setzero_ps();
     for (int64_t i = 0; i < seg; i++)
 #pragma GCC unroll 16
-        for (int s = 0; s < STREAMS; s++) {
+        for (int s = 0; s < S; s++) {
             int64_t p = s * seg + i, j = i + ahead;
             uintptr_t pf = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * PAIR_BYTES)
                                    : (uintptr_t)next + (uintptr_t)((s * seg + j - seg) * PAIR_BYTES);
@@ -89,13 +89,13 @@ INLINE void group_decode(int type, int64_t np, const unsigned char *w, const uns
             acc[s][0] = _mm512_fmadd_ps(a, xp, acc[s][0]);
             acc[s][1] = _mm512_fmadd_ps(b, xp, acc[s][1]);
         }
-    for (int64_t p = STREAMS * seg; p < np; p++) { /* fewer than STREAMS pairs left over */
+    for (int64_t p = S * seg; p < np; p++) { /* fewer than S pairs left over */
         __m512 a, b, xp = pair(x, p);
         widen(type, w + p * PAIR_BYTES, &a, &b);
         acc[0][0] = _mm512_fmadd_ps(a, xp, acc[0][0]);
         acc[0][1] = _mm512_fmadd_ps(b, xp, acc[0][1]);
     }
-    for (int s = 1; s < STREAMS; s++) {
+    for (int s = 1; s < S; s++) {
         acc[0][0] = _mm512_add_ps(acc[0][0], acc[s][0]);
         acc[0][1] = _mm512_add_ps(acc[0][1], acc[s][1]);
     }
@@ -161,30 +161,32 @@ INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const ch
     }
 }
 
-INLINE void packed_half(int type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+INLINE void packed_half(int type, int S, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
                         int64_t nc, float *out, size_t os) {
     const int64_t np = k / 2;
     for (int64_t g = 0; g * 16 < nr; g++) {
         const unsigned char *wg = (const unsigned char *)w + g * ws;
         int rows = nr - g * 16 < 16 ? (int)(nr - g * 16) : 16;
-        if (nc == 1) group_decode(type, np, wg, (const unsigned char *)((uintptr_t)wg + ws), x, out + g * 16, rows);
+        if (nc == 1) group_decode(type, S, np, wg, (const unsigned char *)((uintptr_t)wg + ws), x, out + g * 16, rows);
         else group_prefill(type, np, wg, (const char *)x, xs, nc, out + g * 16, os, rows);
     }
 }
 
-KILN_AVX512 static void packed_f16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                                   int64_t nc, float *out, size_t os) {
-    packed_half(KILN_TYPE_F16, k, w, ws, nr, x, xs, nc, out, os);
-}
+#define DEFINE_HALF(fn, type, S)                                                                       \
+    KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
+                               int64_t nc, float *out, size_t os) {                                    \
+        packed_half(type, S, k, w, ws, nr, x, xs, nc, out, os);                                        \
+    }
 
-KILN_AVX512 static void packed_bf16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                                    int64_t nc, float *out, size_t os) {
-    packed_half(KILN_TYPE_BF16, k, w, ws, nr, x, xs, nc, out, os);
-}
+DEFINE_HALF(packed_f16, KILN_TYPE_F16, 8)
+DEFINE_HALF(packed_bf16, KILN_TYPE_BF16, 8)
+DEFINE_HALF(packed_f16_one, KILN_TYPE_F16, 1)
+DEFINE_HALF(packed_bf16_one, KILN_TYPE_BF16, 1)
 
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) {
-    t->mm_packed[KILN_TYPE_F16] = packed_f16;
-    t->mm_packed[KILN_TYPE_BF16] = packed_bf16;
+    bool one = kiln__cpu_decode_streams() == 1;
+    t->mm_packed[KILN_TYPE_F16] = one ? packed_f16_one : packed_f16;
+    t->mm_packed[KILN_TYPE_BF16] = one ? packed_bf16_one : packed_bf16;
 }
 
 #else

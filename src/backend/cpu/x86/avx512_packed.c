@@ -19,6 +19,7 @@
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX512
 #define CMAX 4
+#define SMAX 4 /* decode streams at most */
 
 INLINE __m512i bcast4(const int8_t *p) {
     int32_t v;
@@ -60,21 +61,22 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
     }
 }
 
-/* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as STREAMS
- * interleaved streams, each into its own accumulator, because the memory system feeds a thread faster
- * from several streams than from one; the partial sums are added in a fixed order. */
-#define STREAMS 4
+/* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as S
+ * interleaved streams, each into its own accumulator, with software prefetches PREFETCH_BLOCKS blocks
+ * ahead in each; the partial sums are added in a fixed order. How many streams feed a thread fastest
+ * depends on the memory system: 4 on Sapphire Rapids (more misses in flight), 1 on the AMD EPYC measured
+ * (one sequential run, which its hardware prefetcher follows); see kiln__cpu_decode_streams. */
 #define PREFETCH_BLOCKS 6
-INLINE void group(int type, int C, int64_t k, const unsigned char *w, const unsigned char *next, const char *x,
-                  size_t xs, float *out, size_t os) {
+INLINE void group(int type, int C, int S, int64_t k, const unsigned char *w, const unsigned char *next,
+                  const char *x, size_t xs, float *out, size_t os) {
     const int64_t nb = k / KILN_Q8_BLOCK;
     if (C == 1) {
-        __m512 acc[STREAMS];
-        int64_t seg = nb / STREAMS;
-        for (int s = 0; s < STREAMS; s++) acc[s] = _mm512_setzero_ps();
+        __m512 acc[SMAX];
+        int64_t seg = nb / S;
+        for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
         const int64_t bs = type == KILN_TYPE_Q8_0 ? 544 : 288;
         for (int64_t i = 0; i < seg; i++)
-            for (int s = 0; s < STREAMS; s++) {
+            for (int s = 0; s < S; s++) {
                 /* Short streams (a group is 9-50 KB) end before the hardware prefetcher ramps up. Near the
                  * end of its segment a stream prefetches the start of the same stream in the next group,
                  * so every group starts warm (prefetching past the buffer's end cannot fault). */
@@ -84,8 +86,8 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const unsi
                 for (int64_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
                 block(type, 1, k, w, s * seg + i, x, xs, &acc[s]);
             }
-        for (int64_t b = STREAMS * seg; b < nb; b++) block(type, 1, k, w, b, x, xs, &acc[0]);
-        for (int s = 1; s < STREAMS; s++) acc[0] = _mm512_add_ps(acc[0], acc[s]);
+        for (int64_t b = S * seg; b < nb; b++) block(type, 1, k, w, b, x, xs, &acc[0]);
+        for (int s = 1; s < S; s++) acc[0] = _mm512_add_ps(acc[0], acc[s]);
         _mm512_storeu_ps(out, acc[0]);
         return;
     }
@@ -95,7 +97,7 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const unsi
     for (int c = 0; c < C; c++) _mm512_storeu_ps(out + c * os, acc[c]);
 }
 
-#define DEFINE_PACKED(fn, type)                                                                        \
+#define DEFINE_PACKED(fn, type, S)                                                                     \
     KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
                                int64_t nc, float *out, size_t os) {                                    \
         for (int64_t g = 0; g < nr / 16; g++) {                                                        \
@@ -104,21 +106,24 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const unsi
                 const char *xc = (const char *)x + c0 * xs;                                            \
                 float *o = out + c0 * os + g * 16;                                                     \
                 switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                case 4: group(type, 4, k, wg, wn, xc, xs, o, os); break;                               \
-                case 3: group(type, 3, k, wg, wn, xc, xs, o, os); break;                               \
-                case 2: group(type, 2, k, wg, wn, xc, xs, o, os); break;                               \
-                default: group(type, 1, k, wg, wn, xc, xs, o, os); break;                              \
+                case 4: group(type, 4, S, k, wg, wn, xc, xs, o, os); break;                            \
+                case 3: group(type, 3, S, k, wg, wn, xc, xs, o, os); break;                            \
+                case 2: group(type, 2, S, k, wg, wn, xc, xs, o, os); break;                            \
+                default: group(type, 1, S, k, wg, wn, xc, xs, o, os); break;                           \
                 }                                                                                      \
             }                                                                                          \
         }                                                                                              \
     }
 
-DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0)
-DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0)
+DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0, 4)
+DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0, 4)
+DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1)
+DEFINE_PACKED(packed_q4_0_one, KILN_TYPE_Q4_0, 1)
 
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t) {
-    t->mm_packed[KILN_TYPE_Q8_0] = packed_q8_0;
-    t->mm_packed[KILN_TYPE_Q4_0] = packed_q4_0;
+    bool one = kiln__cpu_decode_streams() == 1;
+    t->mm_packed[KILN_TYPE_Q8_0] = one ? packed_q8_0_one : packed_q8_0;
+    t->mm_packed[KILN_TYPE_Q4_0] = one ? packed_q4_0_one : packed_q4_0;
 }
 
 #else

@@ -1,8 +1,8 @@
 /*
  * avx512_vec.c - AVX-512 elementwise row helpers (references: kernels_vec_ref.c). add, mul and
  * scale_mul do the reference's float operations lane by lane, so they give its exact bits; sum_sq keeps
- * 16 partial sums (a different order: within float rounding of the reference); exp and swiglu use
- * kiln__exp16 (within 2.5e-7 relative of expf). Tails are masked loads and stores.
+ * 16 partial sums (a different order: within float rounding of the reference); exp, swiglu, silu and
+ * gelu use kiln__exp16 (within 2.5e-7 relative of expf). Tails are masked loads and stores.
  */
 #include "backend/cpu/kernels.h"
 
@@ -49,6 +49,39 @@ KILN_AVX512 static void swiglu_f32(float *out, const float *g, const float *u, i
     }
 }
 
+/* silu(x) = x * (1 / (1 + e^-x)), the reference's order; below -88 (and at -inf) x * 0, as the reference's
+ * 1 / (1 + inf) = 0 gives (the clamped exp would leave a tiny nonzero factor, and -inf * it = -inf). */
+KILN_AVX512 static inline __m512 silu16(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, kiln__exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    __mmask16 far = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-88.0f), _CMP_LT_OQ);
+    return _mm512_mask_mul_ps(_mm512_mul_ps(x, sig), far, x, _mm512_setzero_ps());
+}
+
+/* GELU, tanh form, as x * sigmoid(2u) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): the same
+ * function as the reference's 0.5 x (1 + tanh u) without its cancellation in 1 + tanh u for negative x.
+ * Below -10 the true value is under 1.2e-37 in magnitude and the result is x * 0 (-0, NaN at -inf), as
+ * the reference's tanh = -1 gives; +inf gives +inf and NaN stays NaN. */
+KILN_AVX512 static inline __m512 gelu16(__m512 x) {
+    __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), _mm512_mul_ps(x, x)), x, x);
+    __m512 e = kiln__exp16(_mm512_mul_ps(inner, _mm512_set1_ps(-1.5957691216057308f)));
+    __m512 g = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    __mmask16 far = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-10.0f), _CMP_LT_OQ);
+    return _mm512_mask_mul_ps(g, far, x, _mm512_setzero_ps());
+}
+
+KILN_AVX512 static void silu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, silu16(_mm512_loadu_ps(x + i)));
+    if (i < n) _mm512_mask_storeu_ps(out + i, tail(n - i), silu16(_mm512_maskz_loadu_ps(tail(n - i), x + i)));
+}
+
+KILN_AVX512 static void gelu_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, gelu16(_mm512_loadu_ps(x + i)));
+    if (i < n) _mm512_mask_storeu_ps(out + i, tail(n - i), gelu16(_mm512_maskz_loadu_ps(tail(n - i), x + i)));
+}
+
 KILN_AVX512 static float sum_sq_f32(const float *x, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
@@ -76,6 +109,8 @@ void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t) {
     t->add_f32 = add_f32;
     t->mul_f32 = mul_f32;
     t->swiglu_f32 = swiglu_f32;
+    t->silu_f32 = silu_f32;
+    t->gelu_f32 = gelu_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }
