@@ -253,6 +253,19 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
                     for (int64_t c = 0; c < nc; c++) ref->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
                     isa->mm_packed[type](k, packed, gs, nr, xq2, xs, nc, got, 48);
                     ref->mm[type](k, wraw, rb, nr, xq2, xs, nc, want, 48);
+                    if (isa->level == KILN_CPU_AVX512) { /* the decode variant this machine's table lacks */
+                        static float other[40 * 48];
+                        kiln_mm_fn alt = kiln__cpu_avx512_packed_variant(type, kiln__cpu_decode_streams() == 1 ? 0 : 1);
+                        CHECK(alt != NULL);
+                        alt(k, packed, gs, nr, xq2, xs, nc, other, 48);
+                        for (int64_t j = 0; j < nc * 48; j++)
+                            if (!(fabs(other[j] - want[j]) <= 1e-5 * (fabs(want[j]) + 1e-2) * (double)(k / 32))) {
+                                harness_fail(__FILE__, __LINE__, "avx512 other-stream packed %s k=%lld nc=%lld [%lld]: %.9g vs %.9g",
+                                             kiln__type_name(type), (long long)k, (long long)nc, (long long)j, other[j], want[j]);
+                                break;
+                            }
+                        checked++;
+                    }
                     if (isa->level == KILN_CPU_AMX) { /* AMX claims the packed VNNI kernel's exact bits */
                         static float vnni[40 * 48];
                         kiln__cpu_isa_for(KILN_CPU_AVX512)->mm_packed[type](k, packed, gs, nr, xq2, xs, nc, vnni, 48);

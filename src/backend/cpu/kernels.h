@@ -182,6 +182,11 @@ void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
+/* The AVX-512 packed tile for Q8_0, Q4_0, F16 or BF16 whose decode walks `streams` weight streams: 1, or 0
+ * for the tile's own count (4 for Q8_0/Q4_0, 8 for F16/BF16); NULL for other types or off x86-64. The
+ * table takes the variant kiln__cpu_decode_streams() names; tests check both on any machine. */
+kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams);
+kiln_mm_fn kiln__cpu_avx512_half_variant(kiln_type type, int streams); /* its F16/BF16 part (avx512_half.c) */
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);

@@ -183,13 +183,23 @@ DEFINE_HALF(packed_bf16, KILN_TYPE_BF16, 8)
 DEFINE_HALF(packed_f16_one, KILN_TYPE_F16, 1)
 DEFINE_HALF(packed_bf16_one, KILN_TYPE_BF16, 1)
 
+kiln_mm_fn kiln__cpu_avx512_half_variant(kiln_type type, int streams) {
+    if (type == KILN_TYPE_F16) return streams == 1 ? packed_f16_one : packed_f16;
+    if (type == KILN_TYPE_BF16) return streams == 1 ? packed_bf16_one : packed_bf16;
+    return NULL;
+}
+
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) {
-    bool one = kiln__cpu_decode_streams() == 1;
-    t->mm_packed[KILN_TYPE_F16] = one ? packed_f16_one : packed_f16;
-    t->mm_packed[KILN_TYPE_BF16] = one ? packed_bf16_one : packed_bf16;
+    int streams = kiln__cpu_decode_streams();
+    t->mm_packed[KILN_TYPE_F16] = kiln__cpu_avx512_half_variant(KILN_TYPE_F16, streams);
+    t->mm_packed[KILN_TYPE_BF16] = kiln__cpu_avx512_half_variant(KILN_TYPE_BF16, streams);
 }
 
 #else
 /* Not x86-64: the level is never supported, so its table is never filled. */
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) { (void)t; }
+kiln_mm_fn kiln__cpu_avx512_half_variant(kiln_type type, int streams) {
+    (void)type, (void)streams;
+    return NULL;
+}
 #endif

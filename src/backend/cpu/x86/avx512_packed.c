@@ -120,12 +120,26 @@ DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0, 4)
 DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1)
 DEFINE_PACKED(packed_q4_0_one, KILN_TYPE_Q4_0, 1)
 
+kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams) {
+    switch (type) {
+    case KILN_TYPE_Q8_0: return streams == 1 ? packed_q8_0_one : packed_q8_0;
+    case KILN_TYPE_Q4_0: return streams == 1 ? packed_q4_0_one : packed_q4_0;
+    case KILN_TYPE_F16:
+    case KILN_TYPE_BF16: return kiln__cpu_avx512_half_variant(type, streams);
+    default: return NULL;
+    }
+}
+
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t) {
-    bool one = kiln__cpu_decode_streams() == 1;
-    t->mm_packed[KILN_TYPE_Q8_0] = one ? packed_q8_0_one : packed_q8_0;
-    t->mm_packed[KILN_TYPE_Q4_0] = one ? packed_q4_0_one : packed_q4_0;
+    int streams = kiln__cpu_decode_streams();
+    t->mm_packed[KILN_TYPE_Q8_0] = kiln__cpu_avx512_packed_variant(KILN_TYPE_Q8_0, streams);
+    t->mm_packed[KILN_TYPE_Q4_0] = kiln__cpu_avx512_packed_variant(KILN_TYPE_Q4_0, streams);
 }
 
 #else
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t) { (void)t; }
+kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams) {
+    (void)type, (void)streams;
+    return NULL;
+}
 #endif
