@@ -29,8 +29,9 @@ static void print_device(const kiln_device_info *d) {
            d->int8 ? "yes" : "no", d->storage16 ? "yes" : "no", d->integer_dot ? "yes" : "no");
     printf("    subgroup size %u, arithmetic %s: %s reductions\n", d->subgroup_size,
            d->subgroup_arithmetic ? "yes" : "no", d->subgroup_arithmetic ? "subgroup" : "shared-memory");
-    printf("    max storage buffer range %.1f MiB, shared memory %u KiB, workgroup %u\n", (double)d->max_storage_buffer_range / (1024.0 * 1024.0),
-           d->max_shared_memory / 1024, d->max_workgroup_invocations);
+    printf("    max storage buffer range %.1f MiB, shared memory %u KiB, workgroup %u\n",
+           (double)d->max_storage_buffer_range / (1024.0 * 1024.0), d->max_shared_memory / 1024,
+           d->max_workgroup_invocations);
     printf("    auto: %s\n", d->type == KILN_DEVICE_DISCRETE_GPU || d->type == KILN_DEVICE_INTEGRATED_GPU
                                  ? "eligible"
                                  : "not picked (not a GPU); use --device vulkan:N");

@@ -182,10 +182,10 @@ kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence
 
 /* Options of a Vulkan backend ("vulkan", "vulkan:N", "auto"). */
 typedef struct kiln_vk_options {
-    int32_t device; /* index among the instance's devices; -1: a GPU (auto) */
-    bool pooled;    /* the memory pool (false only for the pool's own test) */
-    kiln_op refuse; /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
-    bool portable_reduce; /* the shared-memory reductions even where subgroup arithmetic is there (test hook) */
+    int32_t device;       /* index among the instance's devices; -1: a GPU (auto) */
+    bool pooled;          /* the memory pool (false only for the pool's own test) */
+    kiln_op refuse;       /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
+    bool portable_reduce; /* shared-memory reductions despite subgroup arithmetic (test hook) */
 } kiln_vk_options;
 
 kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backend **out);

@@ -471,7 +471,8 @@ static kiln_status make_pipeline(kiln_vk_ctx *c, int pipe, const char *name, int
     kiln_vk_fns *fn = c->dev->fn;
     char variant[64];
     snprintf(variant, sizeof variant, "%s_subgroup", name);
-    const kiln_vk_shader *sh = c->subgroup && shader_named(variant) ? shader_named(variant) : shader_named(name);
+    const kiln_vk_shader *sh =
+        c->subgroup && shader_named(variant) ? shader_named(variant) : shader_named(name);
     VkShaderModule mod;
     VkResult r;
     uint32_t value = (uint32_t)(spec < 0 ? 0 : spec);
