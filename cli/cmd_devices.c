@@ -12,8 +12,9 @@ static const char devices_help[] =
     "\n"
     "List the compute devices: the CPU (always present; it runs whatever a device cannot) and each Vulkan\n"
     "device, numbered as --device vulkan:N names them, with its type, memory heaps and the features Kiln\n"
-    "uses (fp16, int8, integer dot product, subgroup size, the largest storage-buffer binding, shared\n"
-    "memory). `--device auto` picks the first discrete, else integrated, GPU and never a CPU device such as\n"
+    "uses (fp16, int8, integer dot product, subgroup size and arithmetic, hence which variant of the\n"
+    "matmul/norm/softmax reductions it runs, the largest storage-buffer binding, shared memory).\n"
+    "`--device auto` picks the first discrete, else integrated, GPU and never a CPU device such as\n"
     "lavapipe. When Kiln was built without Vulkan, or no loader or device is present, the list says why.\n"
     "\n"
     "  -h, --help   this text\n";
@@ -26,9 +27,11 @@ static void print_device(const kiln_device_info *d) {
                d->heap_device_local[h] ? " (device local)" : "");
     printf("    fp16 %s, int8 %s, 16-bit storage %s, integer dot product %s\n", d->fp16 ? "yes" : "no",
            d->int8 ? "yes" : "no", d->storage16 ? "yes" : "no", d->integer_dot ? "yes" : "no");
-    printf("    subgroup size %u, max storage buffer range %.1f MiB, shared memory %u KiB, workgroup %u\n",
-           d->subgroup_size, (double)d->max_storage_buffer_range / (1024.0 * 1024.0),
-           d->max_shared_memory / 1024, d->max_workgroup_invocations);
+    printf("    subgroup size %u, arithmetic %s: %s reductions\n", d->subgroup_size,
+           d->subgroup_arithmetic ? "yes" : "no", d->subgroup_arithmetic ? "subgroup" : "shared-memory");
+    printf("    max storage buffer range %.1f MiB, shared memory %u KiB, workgroup %u\n",
+           (double)d->max_storage_buffer_range / (1024.0 * 1024.0), d->max_shared_memory / 1024,
+           d->max_workgroup_invocations);
     printf("    auto: %s\n", d->type == KILN_DEVICE_DISCRETE_GPU || d->type == KILN_DEVICE_INTEGRATED_GPU
                                  ? "eligible"
                                  : "not picked (not a GPU); use --device vulkan:N");

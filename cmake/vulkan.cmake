@@ -43,18 +43,30 @@ if(KILN_VULKAN AND KILN_VULKAN_INCLUDE_DIR AND KILN_GLSLC)
   message(STATUS "Vulkan backend: on (headers ${KILN_VULKAN_INCLUDE_DIR}, ${KILN_GLSLC}; libvulkan.so.1 is dlopen()ed at run time)")
   list(REMOVE_ITEM KILN_SOURCES ${KILN_VULKAN_DIR}/vk_absent.c)
   file(GLOB KILN_SHADERS CONFIGURE_DEPENDS ${KILN_VULKAN_DIR}/shaders/*.comp)
+  file(GLOB KILN_SHADER_INCLUDES CONFIGURE_DEPENDS ${KILN_VULKAN_DIR}/shaders/*.glsl)
+  set(KILN_VK_SUBGROUP_SHADERS matmul norm softmax)
   set(spvs "")
   foreach(comp ${KILN_SHADERS})
     get_filename_component(name "${comp}" NAME_WE)
-    set(spv ${CMAKE_BINARY_DIR}/generated/shaders/${name}.spv)
-    add_custom_command(
-      OUTPUT ${spv}
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/generated/shaders
-      COMMAND ${KILN_GLSLC} --target-env=vulkan1.1 -O -I ${KILN_VULKAN_DIR}/shaders -o ${spv} ${comp}
-      DEPENDS ${comp} ${KILN_VULKAN_DIR}/shaders/common.glsl
-      COMMENT "glslc ${name}.comp"
-      VERBATIM)
-    list(APPEND spvs ${spv})
+    set(variants "${name}")
+    if(name IN_LIST KILN_VK_SUBGROUP_SHADERS)
+      list(APPEND variants "${name}_subgroup")
+    endif()
+    foreach(variant ${variants})
+      set(spv ${CMAKE_BINARY_DIR}/generated/shaders/${variant}.spv)
+      set(defines "")
+      if(NOT variant STREQUAL name)
+        set(defines "-DKILN_SUBGROUP=1")
+      endif()
+      add_custom_command(
+        OUTPUT ${spv}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/generated/shaders
+        COMMAND ${KILN_GLSLC} --target-env=vulkan1.1 -O ${defines} -I ${KILN_VULKAN_DIR}/shaders -o ${spv} ${comp}
+        DEPENDS ${comp} ${KILN_SHADER_INCLUDES}
+        COMMENT "glslc ${variant}"
+        VERBATIM)
+      list(APPEND spvs ${spv})
+    endforeach()
   endforeach()
   set(KILN_VK_SHADERS_C ${CMAKE_BINARY_DIR}/generated/vk_shaders.c)
   add_custom_command(

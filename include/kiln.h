@@ -564,6 +564,8 @@ typedef struct kiln_device_info {
     bool storage16;                   /* storageBuffer16BitAccess */
     bool integer_dot;                 /* shaderIntegerDotProduct (Vulkan 1.3 or VK_KHR_shader_integer_dot_product) */
     uint32_t subgroup_size;
+    bool subgroup_arithmetic;         /* subgroup arithmetic in compute shaders: the reductions of matmul, norm
+                                       * and softmax use it (else their shared-memory variant) */
     uint64_t max_storage_buffer_range; /* bytes one storage-buffer binding may span */
     uint32_t max_shared_memory;        /* maxComputeSharedMemorySize, bytes */
     uint32_t max_workgroup_invocations;

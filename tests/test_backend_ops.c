@@ -351,24 +351,45 @@ static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(v
     }
 }
 
-static void every_op_on_vulkan_matches_the_cpu_within_its_tolerance(void) {
+static void every_op_on(kiln_backend *dev, const char *label) {
+    for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
+        bo_data d = {{0}};
+        check_backend(&cases[i], &d, dev, cases[i].tol, label);
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
+    }
+}
+
+/* The device's own reduction variant (subgroup arithmetic where it has it), then the shared-memory one
+ * forced by the test hook, each against the CPU at the same tolerances. */
+static void every_op_on_vulkan_matches_the_cpu_within_its_tolerance_in_both_reduction_variants(void) {
+    kiln_device_info info;
+    kiln_backend *portable = NULL;
     if (!vulkan) {
         printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
         return;
     }
-    for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
-        bo_data d = {{0}};
-        check_backend(&cases[i], &d, vulkan, cases[i].tol, "vulkan");
-        for (int k = 0; k < MAX_LEAVES; k++)
-            free(d.buf[k]);
-    }
+    CHECK_OK(kiln_device_get(0, &info));
+    const char *variant = info.subgroup_arithmetic ? "subgroup reductions)" : "shared-memory reductions)";
+    printf("  %s\n", kiln__backend_describe(vulkan));
+    CHECK(strstr(kiln__backend_describe(vulkan), variant) != NULL);
+    every_op_on(vulkan, info.subgroup_arithmetic ? "vk-sub" : "vk-shm");
+    if (!info.subgroup_arithmetic) printf("  no subgroup arithmetic on this device: one variant only\n");
+    const kiln_vulkan_test_hooks hooks = {.portable_reduce = true};
+    kiln__vulkan_set_test_hooks(&hooks);
+    CHECK_OK(kiln__backend_vulkan_create(0, &portable));
+    kiln__vulkan_set_test_hooks(NULL);
+    if (!portable) return;
+    CHECK(strstr(kiln__backend_describe(portable), "shared-memory reductions)") != NULL);
+    every_op_on(portable, "vk-shm");
+    kiln__backend_destroy(portable);
 }
 
 int main(void) {
     CHECK_OK(kiln__backend_cpu_create(1, &cpu));
     if (kiln__backend_vulkan_create(0, &vulkan) != KILN_OK) vulkan = NULL;
     RUN(every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit);
-    RUN(every_op_on_vulkan_matches_the_cpu_within_its_tolerance);
+    RUN(every_op_on_vulkan_matches_the_cpu_within_its_tolerance_in_both_reduction_variants);
     kiln__backend_destroy(vulkan);
     kiln__backend_destroy(cpu);
     return harness_finish();

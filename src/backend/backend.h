@@ -110,6 +110,8 @@ typedef struct kiln_vulkan_test_hooks {
                           * probe, so the device is dropped) */
     bool no_pool;        /* every buffer its own vkAllocateMemory, freed at once (what the pool is measured
                           * against) */
+    bool portable_reduce; /* the shared-memory reductions even on a device with subgroup arithmetic (the
+                           * comparison of the two shader variants) */
 } kiln_vulkan_test_hooks;
 void kiln__vulkan_set_test_hooks(const kiln_vulkan_test_hooks *hooks); /* NULL: none */
 const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void);

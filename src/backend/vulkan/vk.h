@@ -182,9 +182,10 @@ kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence
 
 /* Options of a Vulkan backend ("vulkan", "vulkan:N", "auto"). */
 typedef struct kiln_vk_options {
-    int32_t device; /* index among the instance's devices; -1: a GPU (auto) */
-    bool pooled;    /* the memory pool (false only for the pool's own test) */
-    kiln_op refuse; /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
+    int32_t device;       /* index among the instance's devices; -1: a GPU (auto) */
+    bool pooled;          /* the memory pool (false only for the pool's own test) */
+    kiln_op refuse;       /* an op to refuse (test hook for forced fallbacks); KILN_OP_NONE: none */
+    bool portable_reduce; /* shared-memory reductions despite subgroup arithmetic (test hook) */
 } kiln_vk_options;
 
 kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backend **out);
@@ -243,6 +244,7 @@ typedef struct kiln_vk_ctx {
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
     VkPipeline pipes[KILN_VK_PIPE_COUNT];
+    bool subgroup; /* matmul, norm and softmax from their NAME_subgroup modules (shaders/reduce.glsl) */
     kiln_vk_recording recs[KILN_VK_RECORDINGS];
     kiln_vk_recording *rec; /* the one being recorded */
     unsigned char *key;     /* the key of the range being computed (grows only) */
@@ -252,7 +254,7 @@ typedef struct kiln_vk_ctx {
     kiln_vk_weight *weights;
     int32_t n_weights, cap_weights;
     uint64_t weight_bytes;
-    char description[320]; /* "vulkan:0 (llvmpipe ...)" */
+    char description[352]; /* "vulkan:0 (llvmpipe ..., subgroup reductions)" */
 } kiln_vk_ctx;
 
 /* Where a kernel reads or writes a tensor: a storage-buffer binding at an offset aligned to the device's

@@ -465,9 +465,14 @@ static const kiln_vk_shader *shader_named(const char *name) {
     return NULL;
 }
 
+/* The pipeline of shader `name` (spec: its specialization constant 0, or -1 for none). A shader embedded in
+ * two variants (shaders/reduce.glsl) is made from its NAME_subgroup module when c->subgroup. */
 static kiln_status make_pipeline(kiln_vk_ctx *c, int pipe, const char *name, int32_t spec) {
     kiln_vk_fns *fn = c->dev->fn;
-    const kiln_vk_shader *sh = shader_named(name);
+    char variant[64];
+    snprintf(variant, sizeof variant, "%s_subgroup", name);
+    const kiln_vk_shader *sh =
+        c->subgroup && shader_named(variant) ? shader_named(variant) : shader_named(name);
     VkShaderModule mod;
     VkResult r;
     uint32_t value = (uint32_t)(spec < 0 ? 0 : spec);
@@ -517,6 +522,7 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
                                      .pPushConstantRanges = &pc};
     if ((r = fn->vkCreatePipelineLayout(c->dev->device, &pi, NULL, &c->layout)))
         return vk_fail(r, "vkCreatePipelineLayout");
+    c->subgroup = c->dev->info.subgroup_arithmetic && !c->opt.portable_reduce;
     if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
@@ -559,8 +565,9 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
         vk_destroy(b);
         return s;
     }
-    snprintf(c->description, sizeof c->description, "vulkan:%d (%s, %s)", c->dev->info.index,
-             c->dev->info.name, kiln_device_type_name(c->dev->info.type));
+    snprintf(c->description, sizeof c->description, "vulkan:%d (%s, %s, %s reductions)", c->dev->info.index,
+             c->dev->info.name, kiln_device_type_name(c->dev->info.type),
+             c->subgroup ? "subgroup" : "shared-memory");
     *out = b;
     return KILN_OK;
 }
@@ -570,7 +577,8 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
  * start rather than failing every decode. */
 kiln_status kiln__backend_vulkan_create(int32_t device, kiln_backend **out) {
     const kiln_vulkan_test_hooks *h = kiln__vulkan_test_hooks();
-    kiln_vk_options o = {.device = device, .pooled = !h->no_pool, .refuse = h->refuse};
+    kiln_vk_options o = {
+        .device = device, .pooled = !h->no_pool, .refuse = h->refuse, .portable_reduce = h->portable_reduce};
     kiln_status s;
     uintptr_t probe;
     if ((s = kiln__backend_vulkan_create_ex(&o, out))) return s;

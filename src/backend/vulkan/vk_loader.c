@@ -188,6 +188,9 @@ void kiln__vk_describe(kiln_vk_loader *l, VkPhysicalDevice pd, int32_t index, ki
     out->integer_dot =
         VK_API_VERSION_MINOR(p->apiVersion) >= 3 || has_extension(l, pd, "VK_KHR_shader_integer_dot_product");
     out->subgroup_size = sub.subgroupSize;
+    out->subgroup_arithmetic = sub.subgroupSize >= 1 && (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                               (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                               (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     out->max_storage_buffer_range = p->limits.maxStorageBufferRange;
     out->max_shared_memory = p->limits.maxComputeSharedMemorySize;
     out->max_workgroup_invocations = p->limits.maxComputeWorkGroupInvocations;

@@ -1,7 +1,7 @@
 #version 450
 // matmul.comp - d[n, m, b2, b3] = alpha * sum_k W[k, n, b2 / r2, b3 / r3] * x[k, m, b2, b3] (+ bias[n]),
-// then an activation: matmul and linear. One workgroup of 64 per output element, a shared-memory
-// reduction. WTYPE (a specialization constant, one pipeline each): 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K,
+// then an activation: matmul and linear. One workgroup of 64 per output element, summed by reduce.glsl
+// (shared memory, or subgroup arithmetic in matmul_subgroup.spv). WTYPE (a specialization constant, one pipeline each): 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K,
 // 5 Q6_K. For the quantized types the arithmetic is the CPU reference's (kernels_mm_ref.c,
 // kernels_mm_kquants_ref.c): each 32-block of the x row is quantized to int8 (d = amax / 127, round half to
 // even), exact integer dots with the weight quants give one float term per block, and the blocks are
@@ -29,8 +29,7 @@ layout(push_constant) uniform P {
 } p;
 
 #include "quant.glsl"
-
-shared float part[64];
+#include "reduce.glsl"
 
 void main() {
     uint n = wg_index(), col = gl_WorkGroupID.z, t = gl_LocalInvocationID.x;
@@ -94,15 +93,10 @@ void main() {
             sum += w_f16(wb) * dx * float(isum);
         }
     }
-    part[t] = sum;
-    barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
-        if (t < s) part[t] += part[t + s];
-        barrier();
-    }
+    sum = wg_sum(sum);
     if (t == 0u) {
         uint row = p.n_base + n;
-        float v = p.alpha * part[0];
+        float v = p.alpha * sum;
         if (p.has_bias != 0u) v += bias[p.off_bias + row];
         d[p.off_d + row + m * p.d_nb1 + b2 * p.d_nb2 + b3 * p.d_nb3] = act(p.activation, v);
     }

@@ -1,6 +1,7 @@
 #version 450
 // norm.comp - row-wise norms, one workgroup per row of x (rows contiguous): rms_norm, rms_norm_mul (times
-// w broadcast as mul) and norm (LayerNorm without its affine part). Sums reduce in shared memory.
+// w broadcast as mul) and norm (LayerNorm without its affine part). Sums reduce by reduce.glsl
+// (shared memory, or subgroup arithmetic in norm_subgroup.spv).
 #include "common.glsl"
 layout(local_size_x = 128) in;
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
@@ -16,20 +17,7 @@ layout(push_constant) uniform P {
     float eps;
 } p;
 
-shared float part[128];
-
-float reduce_sum(float v) {
-    uint t = gl_LocalInvocationID.x;
-    part[t] = v;
-    barrier();
-    for (uint s = 64u; s > 0u; s >>= 1) {
-        if (t < s) part[t] += part[t + s];
-        barrier();
-    }
-    float total = part[0];
-    barrier();
-    return total;
-}
+#include "reduce.glsl"
 
 void main() {
     uint row = wg_index();
@@ -41,14 +29,14 @@ void main() {
     float n = float(p.ne0), mean = 0.0, s = 0.0;
     if (p.op == 2u) {
         for (uint i = t; i < p.ne0; i += 128u) s += x[xr + i];
-        mean = reduce_sum(s) / n;
+        mean = wg_sum(s) / n;
         s = 0.0;
     }
     for (uint i = t; i < p.ne0; i += 128u) {
         float v = x[xr + i] - mean;
         s += v * v;
     }
-    float scale = 1.0 / sqrt(reduce_sum(s) / n + p.eps);
+    float scale = 1.0 / sqrt(wg_sum(s) / n + p.eps);
     uint wr = p.off_w + (i1 % p.w_ne1) * p.w_nb1 + (i2 % p.w_ne2) * p.w_nb2 + (i3 % p.w_ne3) * p.w_nb3;
     for (uint i = t; i < p.ne0; i += 128u) {
         float v = (x[xr + i] - mean) * scale;

@@ -1,6 +1,7 @@
 #version 450
 // softmax.comp - softmax(scale * x) along dim 0, one workgroup per row (rows contiguous); a row that is
-// all -inf gives zeros, as the CPU's does.
+// all -inf gives zeros, as the CPU's does. The
+// row's max and sum reduce by reduce.glsl (shared memory, or subgroup arithmetic in softmax_subgroup.spv).
 #include "common.glsl"
 layout(local_size_x = 128) in;
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
@@ -13,7 +14,7 @@ layout(push_constant) uniform P {
     float scale;
 } p;
 
-shared float part[128];
+#include "reduce.glsl"
 
 void main() {
     uint row = wg_index();
@@ -24,26 +25,13 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     float m = uintBitsToFloat(0xff800000u); // -inf
     for (uint i = t; i < p.ne0; i += 128u) m = max(m, p.scale * x[xr + i]);
-    part[t] = m;
-    barrier();
-    for (uint s = 64u; s > 0u; s >>= 1) {
-        if (t < s) part[t] = max(part[t], part[t + s]);
-        barrier();
-    }
-    m = part[0];
-    barrier();
+    m = wg_max(m);
     if (isinf(m) && m < 0.0) {
         for (uint i = t; i < p.ne0; i += 128u) d[dr + i] = 0.0;
         return;
     }
     float sum = 0.0;
     for (uint i = t; i < p.ne0; i += 128u) sum += exp(p.scale * x[xr + i] - m);
-    part[t] = sum;
-    barrier();
-    for (uint s = 64u; s > 0u; s >>= 1) {
-        if (t < s) part[t] += part[t + s];
-        barrier();
-    }
-    sum = part[0];
+    sum = wg_sum(sum);
     for (uint i = t; i < p.ne0; i += 128u) d[dr + i] = exp(p.scale * x[xr + i] - m) / sum;
 }
