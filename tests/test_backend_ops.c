@@ -197,6 +197,7 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f,
                               1.0f);
     }
+    case KILN_OP_CAST: return kiln__cast(g, leaf(g, d, 0, c->wtype, dims(c->a), c->a, in));
     case KILN_OP_CACHE_WRITE: { /* a = x [W, T] written to cells (3t + 1) % C of a cache [W, C]; row 1 padding */
         int64_t cne[2] = {c->a[0], c->b[1]}, T = c->a[1];
         a = leaf(g, d, 0, KILN_TYPE_F32, 2, c->a, in);
@@ -349,6 +350,8 @@ static const bo_case cases[] = {
     {"attention f16 cache long", KILN_OP_ATTENTION, KILN_TYPE_F16, {8, 8, 3, 1}, {8, 4, 200, 1}, 1, 1e-5f},
     {"attention q8_0 cache gqa", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 4, 5, 1}, {32, 2, 9, 1}, 0, 1e-5f},
     {"attention q8_0 head 8", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {8, 8, 3, 1}, {8, 4, 70, 1}, 1, 1e-5f},
+    {"cast f16", KILN_OP_CAST, KILN_TYPE_F16, {24, 7, 2, 1}, {0}, 0, 1e-6f},
+    {"cast q8_0", KILN_OP_CAST, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {0}, 0, 1e-6f},
     {"cache_write f32", KILN_OP_CACHE_WRITE, KILN_TYPE_F32, {24, 5, 1, 1}, {0, 16, 1, 1}, 0, 0.0f},
     {"cache_write f16", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {26, 5, 1, 1}, {0, 16, 1, 1}, 1, 0.0f},
     {"cache_write f16 odd rows", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {7, 6, 1, 1}, {0, 9, 1, 1}, 0, 0.0f},

@@ -673,7 +673,7 @@ static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(v
 }
 
 /* An F16 and a Q8_0 cache live on the device too (one split per decode), and 64 greedy steps from the
- * golden prompt give the CPU's ids with the same cache type, the first logits within the greedy test's 1e-4
+ * golden prompt give the CPU's ids with the same cache type, fused attention and the plain form alike, the first logits within the greedy test's 1e-4
  * of the largest (the cache bytes are the CPU's exactly, test_backend_ops; sums differ in order). */
 static void f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids(void) {
     static const kiln_type kinds[2] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
@@ -703,6 +703,11 @@ static void f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids(void) {
             printf("  %s cache: %zu ids as the CPU's; first logits differ by at most %.2g (max |logit| %.3g)\n",
                    kinds[k] == KILN_TYPE_F16 ? "f16" : "q8_0", nv, worst, mag);
             CHECK(worst <= 1e-4 * mag);
+            greedy_passes = "none"; /* the plain form: cast of the cache, matmuls, softmax */
+            nv = greedy(vk, &g, g.n_prompt + 64, iv, NULL);
+            nc = greedy(cpu, &g, g.n_prompt + 64, ic, NULL);
+            greedy_passes = NULL;
+            CHECK(nv == nc && !memcmp(iv, ic, nv * sizeof *iv));
         }
         greedy_kv = KILN_TYPE_F32;
         free(lv);

@@ -211,7 +211,8 @@ enum {
     KILN_VK_PIPE_ROPE,
     KILN_VK_PIPE_ATTENTION, /* + the KV type index (the specialization constant) */
     KILN_VK_PIPE_CACHE_WRITE = KILN_VK_PIPE_ATTENTION + KILN_VK_KV_TYPES, /* likewise */
-    KILN_VK_PIPE_MATMUL = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_CAST = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES,       /* likewise, to F32 */
+    KILN_VK_PIPE_MATMUL = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + KILN_VK_WEIGHT_TYPES, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + KILN_VK_WEIGHT_TYPES,
 };

@@ -525,7 +525,8 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
         return s;
     for (int32_t t = 0; t < KILN_VK_KV_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_ATTENTION + t, "attention", t)) ||
-            (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)))
+            (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)) ||
+            (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)))
             return s;
     for (int32_t t = 0; t < KILN_VK_WEIGHT_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||

@@ -14,6 +14,7 @@
  *   attention                      q F32, k, v F32 [D, Hkv, C] or F16/Q8_0 cache rows [Hkv * D, C]
  *                                  (rows contiguous, GQA), mask F32 [C, T], C <= 4096 (the scores sit
  *                                  in shared memory)
+ *   cast                           F32, F16 or Q8_0 (rows contiguous) to a contiguous F32 tensor
  *   add, mul, add_act, swiglu      F32, any strides, the second broadcast
  *   scale, silu, gelu, relu, tanh, cont   F32, any strides
  *   cache_write                    x F32 [W, T] (any strides) into an F32, F16 or Q8_0 cache [W, C],
@@ -22,7 +23,7 @@
  * maxStorageBufferRange bytes, and every count and stride fit in 32 bits. A context's KV cache lives on
  * the device when kiln__vk_holds_kv says so (F32, F16 or Q8_0, C <= 4096); the scheduler then runs every node that
  * touches it here, so these kernels must cover all of them: cache_write, attention, and for the unfused
- * form matmul over a permuted cache view and cont of one.
+ * form matmul over a permuted cache view and cont of one (and cast of an F16/Q8_0 cache).
  */
 #include "backend/vulkan/vk.h"
 
@@ -145,6 +146,10 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
                k->ne[2] <= 4096 && k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) &&
                fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
     }
+    case KILN_OP_CAST: /* F32, F16 or Q8_0 (a KV cache, for the plain form of attention) to F32 */
+        return kv_index(a->type) >= 0 && rows_contiguous(a) && fits(c, a, true) &&
+               a->ne[0] % kiln__type_traits(a->type)->block_elems == 0 && kiln__tensor_is_contiguous(n) &&
+               !memcmp(a->ne, n->ne, sizeof n->ne);
     case KILN_OP_ROPE:
         return is_f32(a) && a->nb[0] == 4 && a->ne[3] == 1 && fits(c, a, true) && b->type == KILN_TYPE_I32 &&
                b->nb[0] == 4 && fits(c, b, true) && n->ip[0] > 0 && n->ip[0] % 2 == 0 &&
@@ -338,6 +343,18 @@ static kiln_status record_cache_write(kiln_vk_ctx *c, const kiln_tensor *n) {
                              ((uint64_t)units + 255) / 256, 1);
 }
 
+static kiln_status record_cast(kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *x = n->src[0], *ts[KILN_VK_BINDINGS] = {x, NULL, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_status s;
+    if ((s = bind_all(c, ts, b))) return s;
+    uint32_t pc[9] = {(uint32_t)b[0].rem,  b[3].rem / 4,        (uint32_t)x->ne[0], (uint32_t)x->ne[1],
+                      (uint32_t)x->ne[2],  (uint32_t)x->nb[1],  (uint32_t)x->nb[2], (uint32_t)x->nb[3],
+                      (uint32_t)kiln__tensor_nelements(n)};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_CAST + kv_index(x->type), b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(n) + 255) / 256, 1);
+}
+
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells) {
     size_t bytes;
     return kv_index(type) >= 0 && n_cells > 0 && n_cells <= 4096 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
@@ -426,6 +443,7 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_ROPE: return record_rope(c, n);
     case KILN_OP_ATTENTION: return record_attention(c, n);
     case KILN_OP_CACHE_WRITE: return record_cache_write(c, n);
+    case KILN_OP_CAST: return record_cast(c, n);
     case KILN_OP_GET_ROWS: return record_get_rows(c, n);
     case KILN_OP_MATMUL:
     case KILN_OP_LINEAR: return record_matmul(c, n);
