@@ -6,8 +6,12 @@
  * alone's. Each run also checks that the backend under test took the node (one split, on it), so a
  * silent fallback to the CPU cannot pass.
  *
- * Attention here reads plain k and v inputs; in a model it reads KV-cache views (test_vulkan.c covers
- * that end to end, with the cache on the device).
+ * Attention here reads plain k and v inputs (F32 [D, Hkv, C], or F16/Q8_0 cache rows [Hkv * D, C]); in a
+ * model it reads KV-cache views (test_vulkan.c covers that end to end, with the cache on the device).
+ * cache_write's cache is put in a device buffer of its own, as a context's KV cache is, and its bytes are
+ * compared exactly with the CPU's for F32, F16 (round to nearest even, done on the bits) and Q8_0 (the
+ * same float steps: amax, d = amax / 127 and 1 / d correctly rounded, x * (1 / d), roundf; exact on any
+ * device whose fma is fused and that keeps denormals, which lavapipe does).
  *
  * Backends: cpu-restricted (the CPU's own kernels: bit-exact), and vulkan:0 when a Vulkan device exists
  * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
@@ -16,7 +20,8 @@
  * tree sums instead of left-to-right), Q8_0/Q4_0/Q4_K/Q6_K matmul 1e-4 (the same int8 activations and
  * exact integer dots, but one of them may round an activation the other way where x * (1/d) lands within
  * an ulp of .5, and the per-block float terms are summed in another order), rope 1e-5 (the device's pow, sin and
- * cos of angles up to 511 radians). Measured on lavapipe: at most 4.7e-7 (printed per case).
+ * cos of angles up to 511 radians), attention over F16/Q8_0 rows 1e-5 (the same dequantized floats as
+ * the CPU's, summed in another order). Measured on lavapipe: at most 4.7e-7 (printed per case).
  */
 #include "harness.h"
 
@@ -192,11 +197,33 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         return kiln__rope_ext(g, a, b, f, n_rot, c->variant & 2 ? KILN_ROPE_NEOX : KILN_ROPE_NORMAL, 10000.0f,
                               1.0f);
     }
+    case KILN_OP_CAST: return kiln__cast(g, leaf(g, d, 0, c->wtype, dims(c->a), c->a, in));
+    case KILN_OP_CACHE_WRITE: { /* a = x [W, T] written to cells (3t + 1) % C of a cache [W, C]; row 1 padding */
+        int64_t cne[2] = {c->a[0], c->b[1]}, T = c->a[1];
+        a = leaf(g, d, 0, KILN_TYPE_F32, 2, c->a, in);
+        b = leaf(g, d, 1, c->wtype, 2, cne, KILN_TENSOR_CACHE);
+        kiln_tensor *idx = kiln__graph_leaf(g, "cells", KILN_TYPE_I32, 1, &T, NULL, in);
+        if (!idx) return NULL;
+        if (!d->buf[2]) {
+            int32_t *v = d->buf[2] = malloc((size_t)T * sizeof *v);
+            for (int64_t t = 0; t < T && v; t++)
+                v[t] = t == 1 ? -1 : (int32_t)((3 * t + 1) % c->b[1]);
+        }
+        idx->data = d->buf[2];
+        if (a && c->variant == 1) { /* an element per block far from the others (a large amax), and -0 */
+            float *x = d->buf[0];
+            for (int64_t i = 0; i < c->a[0] * T; i += 37)
+                x[i] = (float)(i % 5) * 3.7f - 7.0f;
+            x[2] = -0.0f;
+        }
+        return kiln__cache_write(g, b, a, idx);
+    }
     case KILN_OP_ATTENTION: { /* a = q [D, Hq, T], b = k and v [D, Hkv, C]; a causal mask, one row hidden */
-        int64_t mne[2] = {c->b[2], c->a[2]};
+        int64_t mne[2] = {c->b[2], c->a[2]}, rows[2] = {c->b[0] * c->b[1], c->b[2]};
+        kiln_type kt = c->wtype; /* F32 [D, Hkv, C], or F16/Q8_0 cache rows [Hkv * D, C] */
         kiln_tensor *q = leaf(g, d, 0, KILN_TYPE_F32, 3, c->a, in),
-                    *k = leaf(g, d, 1, KILN_TYPE_F32, 3, c->b, in);
-        kiln_tensor *v = leaf(g, d, 2, KILN_TYPE_F32, 3, c->b, in),
+                    *k = kt == KILN_TYPE_F32 ? leaf(g, d, 1, kt, 3, c->b, in) : leaf(g, d, 1, kt, 2, rows, in);
+        kiln_tensor *v = kt == KILN_TYPE_F32 ? leaf(g, d, 2, kt, 3, c->b, in) : leaf(g, d, 2, kt, 2, rows, in),
                     *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
         float *mask = d->buf[3];
         for (int64_t t = 0; mask && t < mne[1]; t++)
@@ -220,7 +247,7 @@ static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list
     kiln_graph *g = NULL;
     kiln_sched *s = NULL;
     kiln_sched_plan *p = NULL;
-    kiln_buffer arenas[2] = {{0}};
+    kiln_buffer arenas[2] = {{0}}, cache = {0};
     int ran = -1;
     *n_out = 0;
     CHECK_OK(kiln__graph_create(64, &g));
@@ -231,6 +258,15 @@ static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list
         goto done;
     }
     kiln__graph_set_output(g, node);
+    /* A cache_write runs where its cache lives: on a device, the cache leaf goes into a buffer of its own
+     * there (as a context's KV cache does), its bytes uploaded, and the result read back from it. */
+    kiln_tensor *cleaf = node->op == KILN_OP_CACHE_WRITE ? node->src[1] : NULL;
+    if (cleaf && !kiln__backend_is_host(list[0].backend)) {
+        CHECK_OK(kiln__backend_buffer_alloc(list[0].backend, kiln__tensor_nbytes(cleaf), &cache));
+        if (!cache.backend) goto done;
+        CHECK_OK(cache.backend->iface->buffer_set(&cache, 0, cleaf->data, kiln__tensor_nbytes(cleaf)));
+        cleaf->data = cache.base;
+    }
     CHECK_OK(kiln__graph_order(g));
     CHECK_OK(kiln__sched_create(list, n, &s));
     CHECK_OK(kiln__sched_plan_create(s, g, 1 << 20, &p));
@@ -243,8 +279,18 @@ static int run_case(const bo_case *c, bo_data *d, const kiln_sched_backend *list
     CHECK_OK(kiln__sched_compute(p));
     if (kiln__sched_plan_n_splits(p) == 1) ran = kiln__sched_plan_split_backend(p, 0);
     const kiln_tensor *o = kiln__sched_plan_output(p, 0);
-    *n_out = (size_t)kiln__tensor_nelements(o);
-    if (*n_out <= cap) memcpy(out, o->data, *n_out * sizeof(float));
+    /* A cache_write's F16/Q8_0 bytes as float words, the last one zero-padded. */
+    size_t bytes = kiln__tensor_nbytes(o);
+    *n_out = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (*n_out == 0 || *n_out > cap) {
+        *n_out = 0;
+        goto done;
+    }
+    out[*n_out - 1] = 0.0f;
+    if (cache.backend)
+        CHECK_OK(cache.backend->iface->buffer_get(&cache, 0, out, bytes));
+    else
+        memcpy(out, o->data, bytes);
 done:
     kiln__sched_plan_destroy(p);
     kiln__sched_destroy(s);
@@ -300,6 +346,17 @@ static const bo_case cases[] = {
     {"get_rows q6_k", KILN_OP_GET_ROWS, KILN_TYPE_Q6_K, {256, 20, 1, 1}, {9, 1, 1, 1}, 0, 1e-6f},
     {"attention gqa causal", KILN_OP_ATTENTION, 0, {16, 4, 5, 1}, {16, 2, 9, 1}, 0, 1e-5f},
     {"attention long, bias mask", KILN_OP_ATTENTION, 0, {8, 8, 3, 1}, {8, 8, 200, 1}, 1, 1e-5f},
+    {"attention f16 cache gqa", KILN_OP_ATTENTION, KILN_TYPE_F16, {16, 4, 5, 1}, {16, 2, 9, 1}, 0, 1e-5f},
+    {"attention f16 cache long", KILN_OP_ATTENTION, KILN_TYPE_F16, {8, 8, 3, 1}, {8, 4, 200, 1}, 1, 1e-5f},
+    {"attention q8_0 cache gqa", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 4, 5, 1}, {32, 2, 9, 1}, 0, 1e-5f},
+    {"attention q8_0 head 8", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {8, 8, 3, 1}, {8, 4, 70, 1}, 1, 1e-5f},
+    {"cast f16", KILN_OP_CAST, KILN_TYPE_F16, {24, 7, 2, 1}, {0}, 0, 1e-6f},
+    {"cast q8_0", KILN_OP_CAST, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {0}, 0, 1e-6f},
+    {"cache_write f32", KILN_OP_CACHE_WRITE, KILN_TYPE_F32, {24, 5, 1, 1}, {0, 16, 1, 1}, 0, 0.0f},
+    {"cache_write f16", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {26, 5, 1, 1}, {0, 16, 1, 1}, 1, 0.0f},
+    {"cache_write f16 odd rows", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {7, 6, 1, 1}, {0, 9, 1, 1}, 0, 0.0f},
+    {"cache_write q8_0", KILN_OP_CACHE_WRITE, KILN_TYPE_Q8_0, {64, 5, 1, 1}, {0, 16, 1, 1}, 1, 0.0f},
+    {"cache_write q8_0 one block", KILN_OP_CACHE_WRITE, KILN_TYPE_Q8_0, {32, 7, 1, 1}, {0, 11, 1, 1}, 0, 0.0f},
     {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 1e-5f},
     {"rope neox partial", KILN_OP_ROPE, 0, {16, 3, 6, 1}, {0}, 3, 1e-5f},
     {"rope neox factors", KILN_OP_ROPE, 0, {8, 2, 8, 1}, {0}, 6, 1e-5f},
@@ -332,6 +389,12 @@ static void check_backend(const bo_case *c, bo_data *d, kiln_backend *dev, float
         return;
     }
     CHECK_EQ_INT(n_got, n_ref);
+    if (c->op == KILN_OP_CACHE_WRITE) { /* the cache's bytes: exact */
+        if (n_got == n_ref && memcmp(got_out, ref_out, n_ref * sizeof(float)))
+            harness_fail(__FILE__, __LINE__, "%s on %s: the cache's bytes differ from the CPU's", c->name, label);
+        printf("  %-8s %-24s %zu bytes compared, exact\n", label, c->name, n_ref * sizeof(float));
+        return;
+    }
     double err = rel_err(got_out, ref_out, n_ref);
     if (tol > 0.0f) printf("  %-8s %-24s error %.2g (tolerance %.0g)\n", label, c->name, err, tol);
     if (!(err <= tol))
@@ -343,6 +406,7 @@ static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(v
     for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
         bo_data d = {{0}};
         kiln_backend *r = NULL;
+        if (cases[i].op == KILN_OP_CACHE_WRITE) continue; /* runs where its cache lives: a host one on the CPU */
         CHECK_OK(kiln__backend_cpu_restricted_create(1, &cases[i].op, 1, &r));
         if (r) check_backend(&cases[i], &d, r, 0.0f, "cpu-restricted");
         kiln__backend_destroy(r);

@@ -86,6 +86,7 @@ static kiln_model *load(const char *devices) {
 
 /* Greedy from the prompt to n_total ids; the first step's logits go to first_logits (may be NULL). */
 static const char *greedy_passes; /* the graph passes of greedy's contexts (NULL: all) */
+static kiln_type greedy_kv = KILN_TYPE_F32; /* the KV cache type of greedy's (and the schedule's) contexts */
 
 static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *out, float *first_logits) {
     kiln_ctx_params p = harness_ctx_params();
@@ -94,6 +95,7 @@ static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *ou
     size_t n = g->n_prompt;
     p.n_ctx = 256;
     p.passes = greedy_passes;
+    p.kv_type = greedy_kv;
     CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     if (!ctx) return 0;
     memcpy(out, g->prompt, g->n_prompt * sizeof *out);
@@ -649,6 +651,7 @@ static void schedule_of_one_decode(const kiln_vulkan_test_hooks *h, char *out, s
     kiln__vulkan_set_test_hooks(NULL);
     schedule_line[0] = '\0';
     p.n_ctx = 64;
+    p.kv_type = greedy_kv;
     p.log = keep_schedule;
     if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
     if (ctx) CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
@@ -667,6 +670,51 @@ static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(v
     schedule_of_one_decode(&refuse_attention, line, sizeof line);
     if (strstr(line, "schedule: 1 splits") || !strstr(line, "schedule: "))
         harness_fail(__FILE__, __LINE__, "attention refused: '%s'", line);
+}
+
+/* An F16 and a Q8_0 cache live on the device too (one split per decode), and 64 greedy steps from the
+ * golden prompt give the CPU's ids with the same cache type, fused attention and the plain form alike, the first logits within the greedy test's 1e-4
+ * of the largest (the cache bytes are the CPU's exactly, test_backend_ops; sums differ in order). */
+static void f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids(void) {
+    static const kiln_type kinds[2] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
+    kiln_model *vk, *cpu;
+    char line[512];
+    if (skip()) return;
+    vk = load("vulkan");
+    cpu = load(NULL);
+    for (int k = 0; k < 2 && vk && cpu; k++) {
+        golden g = {0};
+        int32_t iv[256], ic[256], V = kiln_model_n_vocab(cpu);
+        float *lv = malloc((size_t)V * sizeof(float)), *lc = malloc((size_t)V * sizeof(float));
+        load_golden("\"once_upon_a_time_64\"", &g);
+        greedy_kv = kinds[k];
+        schedule_of_one_decode(NULL, line, sizeof line);
+        if (!strstr(line, "schedule: 1 splits") || !strstr(line, "cpu 0 bytes"))
+            harness_fail(__FILE__, __LINE__, "%s cache on the device: '%s'", kinds[k] == KILN_TYPE_F16 ? "f16" : "q8_0", line);
+        if (lv && lc && g.n_ids) {
+            size_t nv = greedy(vk, &g, g.n_prompt + 64, iv, lv), nc = greedy(cpu, &g, g.n_prompt + 64, ic, lc);
+            CHECK_EQ_INT(nv, nc);
+            CHECK(nv == nc && !memcmp(iv, ic, nv * sizeof *iv));
+            double worst = 0.0, mag = 0.0;
+            for (int32_t i = 0; i < V; i++) {
+                worst = fmax(worst, fabs((double)lv[i] - lc[i]));
+                mag = fmax(mag, fabs((double)lc[i]));
+            }
+            printf("  %s cache: %zu ids as the CPU's; first logits differ by at most %.2g (max |logit| %.3g)\n",
+                   kinds[k] == KILN_TYPE_F16 ? "f16" : "q8_0", nv, worst, mag);
+            CHECK(worst <= 1e-4 * mag);
+            greedy_passes = "none"; /* the plain form: cast of the cache, matmuls, softmax */
+            nv = greedy(vk, &g, g.n_prompt + 64, iv, NULL);
+            nc = greedy(cpu, &g, g.n_prompt + 64, ic, NULL);
+            greedy_passes = NULL;
+            CHECK(nv == nc && !memcmp(iv, ic, nv * sizeof *iv));
+        }
+        greedy_kv = KILN_TYPE_F32;
+        free(lv);
+        free(lc);
+    }
+    kiln_model_destroy(vk);
+    kiln_model_destroy(cpu);
 }
 
 /* Sequence edits are cell metadata on the host, whichever backend holds the cache bytes: a prompt shared
@@ -803,6 +851,7 @@ int main(void) {
     RUN(forced_fallbacks_give_the_cpu_output);
     RUN(a_device_allocation_failing_later_is_a_clean_error);
     RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
+    RUN(f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids);
     RUN(sequence_edits_on_a_device_cache_give_the_cpu_logits);
     RUN(contexts_created_and_destroyed_beside_a_decode_leave_it_intact);
     return harness_finish();

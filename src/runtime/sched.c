@@ -391,6 +391,9 @@ static kiln_status prepare_outputs(kiln_sched_plan *p) {
         o->root = root_of(o->node);
         o->src_backend = o->root->id < p->n_tensors0 ? p->home[o->root->id] : HOST_LEAF;
         if (o->src_backend == HOST_LEAF || p->sched->is_host[o->src_backend]) continue;
+        /* A device-held KV cache leaf (a cache_write's root) lives in its own buffer, not in an arena:
+         * no twin; whoever owns that buffer reads it (kiln__sched_plan_output gives the node). */
+        if (o->root->op == KILN_OP_NONE) continue;
         if ((st = span_bytes(o->root, &o->bytes))) return st;
         o->mirror = kiln__alloc(o->bytes ? o->bytes : 1);
         if (!o->mirror) return kiln__nomem("an output's host copy");

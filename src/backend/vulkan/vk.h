@@ -201,6 +201,8 @@ kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 
 /* The weight and table types matmul and get_rows read: one pipeline each. */
 #define KILN_VK_WEIGHT_TYPES 6
+/* The KV cache types attention and cache_write read and write: 0 F32, 1 F16, 2 Q8_0, one pipeline each. */
+#define KILN_VK_KV_TYPES 3
 
 enum {
     KILN_VK_PIPE_BINARY,
@@ -208,9 +210,10 @@ enum {
     KILN_VK_PIPE_NORM,
     KILN_VK_PIPE_SOFTMAX,
     KILN_VK_PIPE_ROPE,
-    KILN_VK_PIPE_ATTENTION,
-    KILN_VK_PIPE_CACHE_WRITE,
-    KILN_VK_PIPE_MATMUL, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_ATTENTION, /* + the KV type index (the specialization constant) */
+    KILN_VK_PIPE_CACHE_WRITE = KILN_VK_PIPE_ATTENTION + KILN_VK_KV_TYPES, /* likewise */
+    KILN_VK_PIPE_CAST = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES,       /* likewise, to F32 */
+    KILN_VK_PIPE_MATMUL = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + KILN_VK_WEIGHT_TYPES, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + KILN_VK_WEIGHT_TYPES,
 };
@@ -280,7 +283,7 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
 
 /* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);
-/* Whether a KV cache of this type and size may live on the device: F32 rows, C <= 4096 cells (the
+/* Whether a KV cache of this type and size may live on the device: F32, F16 or Q8_0 rows, C <= 4096 cells (the
  * attention kernel's shared memory), each layer's cache within one binding, and neither cache_write nor
  * attention refused. */
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells);

@@ -527,10 +527,13 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
         (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION, "attention", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE, "cache_write", -1)))
+        (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)))
         return s;
+    for (int32_t t = 0; t < KILN_VK_KV_TYPES; t++)
+        if ((s = make_pipeline(c, KILN_VK_PIPE_ATTENTION + t, "attention", t)) ||
+            (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)) ||
+            (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)))
+            return s;
     for (int32_t t = 0; t < KILN_VK_WEIGHT_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_GET_ROWS + t, "get_rows", t)))

@@ -11,16 +11,19 @@
  *   rms_norm, rms_norm_mul, norm   F32, rows contiguous
  *   softmax                        F32, rows contiguous
  *   rope                           F32 [D, H, T] rows contiguous, NORMAL or NEOX, optional factors
- *   attention                      q, k, v F32 (rows contiguous, GQA), mask F32 [C, T], C <= 4096 (the
- *                                  scores sit in shared memory); not F16/Q8_0 cache rows
+ *   attention                      q F32, k, v F32 [D, Hkv, C] or F16/Q8_0 cache rows [Hkv * D, C]
+ *                                  (rows contiguous, GQA), mask F32 [C, T], C <= 4096 (the scores sit
+ *                                  in shared memory)
+ *   cast                           F32, F16 or Q8_0 (rows contiguous) to a contiguous F32 tensor
  *   add, mul, add_act, swiglu      F32, any strides, the second broadcast
  *   scale, silu, gelu, relu, tanh, cont   F32, any strides
- *   cache_write                    x F32 [W, T] (any strides) into an F32 cache [W, C], idx I32
+ *   cache_write                    x F32 [W, T] (any strides) into an F32, F16 or Q8_0 cache [W, C],
+ *                                  idx I32
  * Every tensor a kernel reads or writes (but a row-ranged weight) must span at most
  * maxStorageBufferRange bytes, and every count and stride fit in 32 bits. A context's KV cache lives on
- * the device when kiln__vk_holds_kv says so (F32, C <= 4096); the scheduler then runs every node that
+ * the device when kiln__vk_holds_kv says so (F32, F16 or Q8_0, C <= 4096); the scheduler then runs every node that
  * touches it here, so these kernels must cover all of them: cache_write, attention, and for the unfused
- * form matmul over a permuted cache view and cont of one.
+ * form matmul over a permuted cache view and cont of one (and cast of an F16/Q8_0 cache).
  */
 #include "backend/vulkan/vk.h"
 
@@ -51,6 +54,11 @@ static int type_index(kiln_type t) {
     for (int i = 0; i < KILN_VK_WEIGHT_TYPES; i++)
         if (order[i] == t) return i;
     return -1;
+}
+
+/* The KV cache types in the order of attention's and cache_write's KV specialization constant; -1 else. */
+static int kv_index(kiln_type t) {
+    return t == KILN_TYPE_F32 ? 0 : t == KILN_TYPE_F16 ? 1 : t == KILN_TYPE_Q8_0 ? 2 : -1;
 }
 
 static bool weight_type(kiln_type t) {
@@ -89,7 +97,7 @@ static bool matmul_ok(const kiln_vk_ctx *c, const kiln_tensor *n) {
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *a = n->src[0], *b = n->src[1];
     if (kiln__op_is_view(n->op) && n->op != KILN_OP_CACHE_WRITE) return true;
-    if (n->op == c->opt.refuse || !is_f32(n) || !fits(c, n, true)) return false;
+    if (n->op == c->opt.refuse || !(is_f32(n) || n->op == KILN_OP_CACHE_WRITE) || !fits(c, n, true)) return false;
     switch (n->op) {
     case KILN_OP_ADD:
     case KILN_OP_MUL:
@@ -119,17 +127,29 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
                b->ne[3] == 1 && fits(c, b, true);
     case KILN_OP_CACHE_WRITE: {
         const kiln_tensor *cache = n->src[1], *idx = n->src[2];
-        return is_f32(a) && is_f32(cache) && kiln__tensor_is_contiguous(cache) && a->ne[0] == cache->ne[0] &&
-               a->ne[2] == 1 && a->ne[3] == 1 && fits(c, a, true) && idx->type == KILN_TYPE_I32 &&
+        return is_f32(a) && kv_index(cache->type) >= 0 && n->type == cache->type &&
+               kiln__tensor_is_contiguous(cache) && a->ne[0] == cache->ne[0] &&
+               a->ne[0] % kiln__type_traits(cache->type)->block_elems == 0 && a->ne[2] == 1 && a->ne[3] == 1 && fits(c, a, true) && idx->type == KILN_TYPE_I32 &&
                idx->nb[0] == 4 && fits(c, idx, true);
     }
     case KILN_OP_ATTENTION: {
         const kiln_tensor *k = n->src[1], *v = n->src[2], *m = n->src[3];
+        if (k->type != KILN_TYPE_F32) /* F16/Q8_0 cache rows [Hkv * D, C] (ops.c's infer_attention_rows) */
+            return is_f32(a) && kv_index(k->type) > 0 && v->type == k->type && a->nb[0] == 4 &&
+                   rows_contiguous(k) && rows_contiguous(v) && is_f32(m) && m->nb[0] == 4 && a->ne[3] == 1 &&
+                   k->ne[2] == 1 && k->ne[3] == 1 && k->ne[1] <= 4096 && a->ne[0] > 0 &&
+                   k->ne[0] % a->ne[0] == 0 && k->ne[0] / a->ne[0] > 0 &&
+                   a->ne[1] % (k->ne[0] / a->ne[0]) == 0 && !memcmp(k->ne, v->ne, sizeof k->ne) &&
+                   fits(c, a, true) && fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
         return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 &&
                v->nb[0] == 4 && m->nb[0] == 4 && a->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 &&
                k->ne[2] <= 4096 && k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) &&
                fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
     }
+    case KILN_OP_CAST: /* F32, F16 or Q8_0 (a KV cache, for the plain form of attention) to F32 */
+        return kv_index(a->type) >= 0 && rows_contiguous(a) && fits(c, a, true) &&
+               a->ne[0] % kiln__type_traits(a->type)->block_elems == 0 && kiln__tensor_is_contiguous(n) &&
+               !memcmp(a->ne, n->ne, sizeof n->ne);
     case KILN_OP_ROPE:
         return is_f32(a) && a->nb[0] == 4 && a->ne[3] == 1 && fits(c, a, true) && b->type == KILN_TYPE_I32 &&
                b->nb[0] == 4 && fits(c, b, true) && n->ip[0] > 0 && n->ip[0] % 2 == 0 &&
@@ -280,18 +300,33 @@ static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[20] = {b[0].rem / 4,       b[1].rem / 4,
-                       b[2].rem / 4,       b[4].rem / 4,
-                       b[3].rem / 4,       (uint32_t)q->ne[0],
-                       (uint32_t)q->ne[1], (uint32_t)q->ne[2],
-                       (uint32_t)k->ne[2], (uint32_t)(q->ne[1] / k->ne[1]),
-                       el(q->nb[1]),       el(q->nb[2]),
-                       el(k->nb[1]),       el(k->nb[2]),
-                       el(v->nb[1]),       el(v->nb[2]),
-                       el(m->nb[1]),       el(n->nb[1]),
-                       el(n->nb[2])};
+    /* F32 [D, Hkv, C]: head hk at byte stride nb[1]; F16/Q8_0 rows [Hkv * D, C]: at element hk * D. */
+    bool rows = k->type != KILN_TYPE_F32;
+    int64_t hkv = rows ? k->ne[0] / q->ne[0] : k->ne[1];
+    uint32_t pc[21] = {b[0].rem / 4,
+                       (uint32_t)b[1].rem,
+                       (uint32_t)b[2].rem,
+                       b[4].rem / 4,
+                       b[3].rem / 4,
+                       (uint32_t)q->ne[0],
+                       (uint32_t)q->ne[1],
+                       (uint32_t)q->ne[2],
+                       (uint32_t)(rows ? k->ne[1] : k->ne[2]),
+                       (uint32_t)(q->ne[1] / hkv),
+                       el(q->nb[1]),
+                       el(q->nb[2]),
+                       rows ? 0 : (uint32_t)k->nb[1],
+                       (uint32_t)(rows ? k->nb[1] : k->nb[2]),
+                       rows ? 0 : (uint32_t)v->nb[1],
+                       (uint32_t)(rows ? v->nb[1] : v->nb[2]),
+                       el(m->nb[1]),
+                       el(n->nb[1]),
+                       el(n->nb[2]),
+                       0,
+                       rows ? (uint32_t)q->ne[0] : 0};
     memcpy(&pc[19], &n->fp[0], 4);
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION, b, pc, sizeof pc, (uint64_t)(q->ne[1] * q->ne[2]), 1);
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION + kv_index(k->type), b, pc, sizeof pc,
+                             (uint64_t)(q->ne[1] * q->ne[2]), 1);
 }
 
 static kiln_status record_cache_write(kiln_vk_ctx *c, const kiln_tensor *n) {
@@ -299,16 +334,30 @@ static kiln_status record_cache_write(kiln_vk_ctx *c, const kiln_tensor *n) {
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
     if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[9] = {b[0].rem / 4,       b[1].rem / 4,       b[3].rem / 4,        (uint32_t)x->ne[0],
-                      (uint32_t)x->ne[1], (uint32_t)n->ne[1], el(x->nb[0]),         el(x->nb[1]),
-                      el(idx->nb[0])};
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_CACHE_WRITE, b, pc, sizeof pc,
-                             ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
+    /* One invocation per element (F32, F16) or 32-block (Q8_0); the cache offset in bytes. */
+    uint32_t pc[10] = {b[0].rem / 4,       b[1].rem / 4,       (uint32_t)b[3].rem, (uint32_t)x->ne[0],
+                       (uint32_t)x->ne[1], (uint32_t)n->ne[1], el(x->nb[0]),       el(x->nb[1]),
+                       el(idx->nb[0]),     (uint32_t)n->nb[1]};
+    int64_t units = kiln__tensor_nelements(x) / kiln__type_traits(n->type)->block_elems;
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_CACHE_WRITE + kv_index(n->type), b, pc, sizeof pc,
+                             ((uint64_t)units + 255) / 256, 1);
+}
+
+static kiln_status record_cast(kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *x = n->src[0], *ts[KILN_VK_BINDINGS] = {x, NULL, NULL, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_status s;
+    if ((s = bind_all(c, ts, b))) return s;
+    uint32_t pc[9] = {(uint32_t)b[0].rem,  b[3].rem / 4,        (uint32_t)x->ne[0], (uint32_t)x->ne[1],
+                      (uint32_t)x->ne[2],  (uint32_t)x->nb[1],  (uint32_t)x->nb[2], (uint32_t)x->nb[3],
+                      (uint32_t)kiln__tensor_nelements(n)};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_CAST + kv_index(x->type), b, pc, sizeof pc,
+                             ((uint64_t)kiln__tensor_nelements(n) + 255) / 256, 1);
 }
 
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells) {
     size_t bytes;
-    return type == KILN_TYPE_F32 && n_cells > 0 && n_cells <= 4096 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
+    return kv_index(type) >= 0 && n_cells > 0 && n_cells <= 4096 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
            c->opt.refuse != KILN_OP_ATTENTION && !kiln__mul_overflow_size(row_bytes, (size_t)n_cells, &bytes) &&
            bytes + c->dev->min_offset <= c->dev->max_range;
 }
@@ -394,6 +443,7 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_ROPE: return record_rope(c, n);
     case KILN_OP_ATTENTION: return record_attention(c, n);
     case KILN_OP_CACHE_WRITE: return record_cache_write(c, n);
+    case KILN_OP_CAST: return record_cast(c, n);
     case KILN_OP_GET_ROWS: return record_get_rows(c, n);
     case KILN_OP_MATMUL:
     case KILN_OP_LINEAR: return record_matmul(c, n);
