@@ -6,7 +6,9 @@
  * tools/gen_arch_refs.py (provenance in <name>.json). For each model Kiln runs the prompt (prefill) and 8
  * greedy decode steps; every logit vector must match within 1e-4 relative (max |kiln - ref| over the
  * vocabulary divided by max |ref|), and Kiln's own greedy continuation must be the reference's. This is
- * checked with the full pass pipeline and with no passes (the plain ops the builders emit).
+ * checked with the full pass pipeline and with no passes (the plain ops the builders emit), on the CPU and
+ * on the Vulkan device (docs/vulkan.md; skipped with a message when the machine has none) under the same
+ * tolerance; for the device the ops the scheduler left on the CPU are printed from the context's log.
  *
  * Below the end-to-end checks, the ops the architectures added are pinned against double-precision
  * references: LayerNorm's normalization, rope with Llama 3 frequency divisors, and the sliding-window mask
@@ -18,6 +20,7 @@
 #include "graph/passes/passes.h"
 #include "graph_run.h"
 #include "model/model.h"
+#include "backend/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -70,6 +73,32 @@ static double rel_error(const float *a, const float *ref, int32_t n) {
     return scale > 0.0 ? diff / scale : diff;
 }
 
+static bool have_vulkan;
+
+/* The ops of the CPU splits of every graph a context on a device ran, from the scheduler's log lines
+ * ("split N: cpu, nodes [..): .. copies in; ops: a b"), each op once. */
+static char fallback_ops[256];
+static bool fallback_seen;
+
+static void keep_fallbacks(void *user, const char *line) {
+    (void)user;
+    if (!strncmp(line, "schedule: ", 10)) fallback_seen = true;
+    if (strncmp(line, "split ", 6) || !strstr(line, ": cpu, ")) return;
+    const char *ops = strstr(line, "; ops:");
+    if (!ops) return;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", ops + 6);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char padded[40];
+        snprintf(padded, sizeof padded, " %s ", tok);
+        char have[260];
+        snprintf(have, sizeof have, " %s ", fallback_ops);
+        if (strstr(have, padded)) continue;
+        size_t used = strlen(fallback_ops);
+        snprintf(fallback_ops + used, sizeof fallback_ops - used, "%s%s", used ? " " : "", tok);
+    }
+}
+
 static const char *model_path(const char *name) {
     static char rel[64];
     snprintf(rel, sizeof rel, "arch/%s.gguf", name);
@@ -78,11 +107,12 @@ static const char *model_path(const char *name) {
 
 /* Prefill, then n_steps decode steps each fed Kiln's own greedy token; compares every logit vector and
  * every greedy choice with the reference. Returns the worst relative error. */
-static double run_against_reference(const char *name, const char *passes) {
+static double run_against_reference(const char *name, const char *passes, const char *devices) {
     reference r;
     kiln_model *m = NULL;
     kiln_ctx *c = NULL;
     kiln_ctx_params p = harness_ctx_params();
+    kiln_model_params mp = kiln_model_params_default();
     double worst = 0.0;
     if (!reference_load(name, &r)) {
         harness_fail(__FILE__, __LINE__, "%s: reference file missing or malformed", name);
@@ -91,7 +121,10 @@ static double run_against_reference(const char *name, const char *passes) {
     }
     p.n_ctx = 32;
     p.passes = passes;
-    CHECK_OK(kiln_model_load(model_path(name), &m));
+    mp.devices = devices;
+    if (devices) p.log = keep_fallbacks;
+    CHECK_OK(kiln_model_load_ex(model_path(name), &mp, &m));
+    if (m && devices) CHECK(strncmp(kiln_model_backends(m), "vulkan:", 7) == 0);
     if (m) CHECK_OK(kiln_ctx_create(m, &p, &c));
     if (!c) goto done;
     CHECK_EQ_INT(kiln_model_n_vocab(m), r.n_vocab);
@@ -105,12 +138,12 @@ static double run_against_reference(const char *name, const char *passes) {
         double err = rel_error(logits, r.logits + (size_t)s * r.n_vocab, (int32_t)r.n_vocab);
         worst = fmax(worst, err);
         if (err > REL_TOL)
-            harness_fail(__FILE__, __LINE__, "%s (passes %s) step %u: relative error %.3g > %g", name, passes, s, err,
-                         REL_TOL);
+            harness_fail(__FILE__, __LINE__, "%s (passes %s, %s) step %u: relative error %.3g > %g", name,
+                         passes, devices ? devices : "cpu", s, err, REL_TOL);
         token = argmax(logits, (int32_t)r.n_vocab);
         if (token != r.greedy[s])
-            harness_fail(__FILE__, __LINE__, "%s (passes %s) step %u: greedy token %d, reference %d", name, passes, s,
-                         token, r.greedy[s]);
+            harness_fail(__FILE__, __LINE__, "%s (passes %s, %s) step %u: greedy token %d, reference %d",
+                         name, passes, devices ? devices : "cpu", s, token, r.greedy[s]);
     }
 done:
     kiln_ctx_destroy(c);
@@ -120,9 +153,23 @@ done:
 }
 
 static void check_arch(const char *name) {
-    double a = run_against_reference(name, "all");
-    double b = run_against_reference(name, "none");
+    double a = run_against_reference(name, "all", NULL);
+    double b = run_against_reference(name, "none", NULL);
     printf("  %-8s max relative error %.2e (all passes), %.2e (no passes)\n", name, a, b);
+    if (!have_vulkan) {
+        printf("  %-8s vulkan skipped: no Vulkan device (%s)\n", name,
+               kiln_devices_note() ? kiln_devices_note() : "none");
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *passes = i ? "none" : "all";
+        fallback_ops[0] = '\0';
+        fallback_seen = false;
+        double e = run_against_reference(name, passes, "vulkan");
+        CHECK(fallback_seen); /* the context logged its schedules: the fallback list below is real */
+        printf("  %-8s vulkan max relative error %.2e (%s passes); on the CPU: %s\n", name, e,
+               i ? "no" : "all", fallback_ops[0] ? fallback_ops : "nothing");
+    }
 }
 
 static void gpt2_matches_transformers(void) { check_arch("gpt2"); }
@@ -406,6 +453,9 @@ static void fuse_attention_fuses_a_windowed_mask(void) {
 }
 
 int main(void) {
+    kiln_backend *probe = NULL;
+    have_vulkan = kiln_device_count() > 0 && kiln__backend_vulkan_create(0, &probe) == KILN_OK;
+    kiln__backend_destroy(probe);
     RUN(each_test_model_loads_as_its_architecture);
     RUN(hyperparameters_follow_the_metadata);
     RUN(gpt2_matches_transformers);

@@ -16,6 +16,7 @@
  */
 #include "harness.h"
 
+#include "backend/backend.h"
 #include "runtime/kv_cache.h"
 
 #include <math.h>
@@ -119,16 +120,26 @@ static const char *model_path(const char *type) {
     return p;
 }
 
-static kiln_model *load(const char *type) {
+/* The model on devices (NULL: the CPU alone). */
+static kiln_model *load_on(const char *type, const char *devices) {
+    kiln_model_params mp = kiln_model_params_default();
     kiln_model *m = NULL;
-    kiln_status s = kiln_model_load(model_path(type), &m);
+    mp.devices = devices;
+    kiln_status s = kiln_model_load_ex(model_path(type), &mp, &m);
     if (s)
         harness_fail(__FILE__, __LINE__,
                      "%s: %s (the embed_model_setup fixture converts it: "
                      "scripts/get-minilm.sh)",
                      model_path(type), kiln_last_error());
+    if (m && devices) CHECK(strncmp(kiln_model_backends(m), "vulkan:", 7) == 0);
     return m;
 }
+
+static kiln_model *load(const char *type) {
+    return load_on(type, NULL);
+}
+
+static bool have_vulkan;
 
 static kiln_ctx *embeddings_ctx(kiln_model *m, int32_t n_seq) {
     kiln_ctx_params p = harness_ctx_params();
@@ -193,9 +204,10 @@ done:
     kiln_model_destroy(m);
 }
 
-/* Every sentence alone; returns the smallest cosine, and checks each is of unit length. */
-static double worst_cosine(const char *type) {
-    kiln_model *m = load(type);
+/* Every stride-th sentence alone on devices (NULL: the CPU); returns the smallest cosine, and checks each
+ * is of unit length. */
+static double worst_cosine_on(const char *type, const char *devices, int stride) {
+    kiln_model *m = load_on(type, devices);
     double worst = 1.0;
     if (!m || !load_refs()) {
         kiln_model_destroy(m);
@@ -205,7 +217,7 @@ static double worst_cosine(const char *type) {
     CHECK_EQ_INT(kiln_model_n_embd(m), N_EMBD);
     CHECK_EQ_INT(kiln_model_pooling(m), KILN_POOLING_MEAN);
     CHECK(!kiln_model_is_causal(m));
-    for (int i = 0; c && i < n_refs; i++) {
+    for (int i = 0; c && i < n_refs; i += stride) {
         float e[1][N_EMBD];
         embed_batch(c, i, i + 1, e);
         double cs = cosine(e[0], refs[i].embd), len = 0;
@@ -213,11 +225,15 @@ static double worst_cosine(const char *type) {
             len += (double)e[0][k] * e[0][k];
         CHECK_NEAR(sqrt(len), 1.0, 1e-5);
         if (cs < worst) worst = cs;
-        printf("  %-5s cos %.8f  %.40s\n", type, cs, refs[i].text);
+        printf("  %-5s%s cos %.8f  %.40s\n", type, devices ? " vulkan" : "", cs, refs[i].text);
     }
     kiln_ctx_destroy(c);
     kiln_model_destroy(m);
     return worst;
+}
+
+static double worst_cosine(const char *type) {
+    return worst_cosine_on(type, NULL, 1);
 }
 
 static void f32_embeddings_match_sentence_transformers(void) {
@@ -233,6 +249,17 @@ static void f16_embeddings_match_sentence_transformers(void) {
 static void q8_0_embeddings_stay_within_their_measured_bound(void) {
     double w = worst_cosine("q8_0");
     if (w < 0.997) harness_fail(__FILE__, __LINE__, "Q8_0: worst cosine %.8f < 0.997 (measured 0.99753)", w);
+}
+
+/* BERT on the Vulkan device (the whole graph runs there, docs/vulkan.md) under the CPU's bound. Every
+ * fourth sentence of the F32 file only: lavapipe takes about 3 s a sentence (each length a new graph). */
+static void embeddings_on_vulkan_match_sentence_transformers(void) {
+    if (!have_vulkan) {
+        printf("  skipped: no Vulkan device (%s)\n", kiln_devices_note() ? kiln_devices_note() : "none");
+        return;
+    }
+    double w = worst_cosine_on("f32", "vulkan", 4);
+    if (w < 0.9999) harness_fail(__FILE__, __LINE__, "F32 on vulkan: worst cosine %.8f < 0.9999", w);
 }
 
 static void a_batch_of_several_sequences_equals_each_alone(void) {
@@ -383,11 +410,15 @@ static void an_encoder_mask_shows_its_whole_sequence_and_nothing_else(void) {
 }
 
 int main(void) {
+    kiln_backend *probe = NULL;
+    have_vulkan = kiln_device_count() > 0 && kiln__backend_vulkan_create(0, &probe) == KILN_OK;
+    kiln__backend_destroy(probe);
     RUN(an_encoder_mask_shows_its_whole_sequence_and_nothing_else);
     RUN(tokenizes_every_sentence_as_the_hugging_face_tokenizer);
     RUN(f32_embeddings_match_sentence_transformers);
     RUN(f16_embeddings_match_sentence_transformers);
     RUN(q8_0_embeddings_stay_within_their_measured_bound);
+    RUN(embeddings_on_vulkan_match_sentence_transformers);
     RUN(a_batch_of_several_sequences_equals_each_alone);
     RUN(kiln_embed_and_the_c_api_agree_bit_for_bit);
     RUN(an_encoder_batch_holds_whole_sequences_from_position_0);

@@ -251,7 +251,9 @@ static void matmul_and_add_offloaded_copy_the_input_in_and_the_sum_out(void) {
     CHECK_EQ_INT(got.split_backend[1], 1);
     CHECK_EQ_INT(got.n_copies, 2);
     CHECK_EQ_INT(got.copy_bytes, (K + N) * T * sizeof(float));
-    CHECK(strstr(got.describe, "split 0: cpu-restricted, nodes [0, 2): 2 nodes, 1 copies in") != NULL);
+    CHECK(strstr(got.describe, "split 0: cpu-restricted, nodes [0, 2): 2 nodes, 1 copies in; ops: matmul add\n") !=
+          NULL);
+    CHECK(strstr(got.describe, "nodes [2, 5): 3 nodes, 1 copies in; ops: rms_norm mul softmax\n") != NULL);
     CHECK(strstr(got.describe, "  copy 'x' host -> cpu-restricted: 640 bytes") != NULL);
     CHECK(strstr(got.describe, "  copy 'a' cpu-restricted -> cpu: 960 bytes") != NULL);
     CHECK(strstr(got.describe, "output") == NULL); /* softmax ran on the CPU: nothing to copy back */

@@ -631,6 +631,55 @@ static void a_device_allocation_failing_later_is_a_clean_error(void) {
     }
 }
 
+/* The weight upload reports through kiln_model_params.progress, as the CPU's packing does: each run of
+ * calls climbs to done == total, and the totals of the runs add up to the weight bytes the device holds. */
+typedef struct upload_progress {
+    uint64_t last_done, last_total, finished_bytes;
+    int32_t calls, out_of_order;
+} upload_progress;
+
+static void note_progress(void *user, uint64_t done, uint64_t total) {
+    upload_progress *u = user;
+    bool run_goes_on = u->last_done < u->last_total; /* an unfinished run: this call continues it */
+    if (run_goes_on ? total != u->last_total || done <= u->last_done : done == 0 || done > total)
+        u->out_of_order++;
+    u->calls++;
+    u->last_done = done;
+    u->last_total = total;
+    if (done == total) u->finished_bytes += total;
+}
+
+static void the_weight_upload_reports_progress_up_to_the_total(void) {
+    kiln_model_params mp = kiln_model_params_default();
+    kiln_model_memory mem = {0};
+    kiln_model *m = NULL;
+    kiln_ctx *ctx = NULL;
+    kiln_ctx_params p = harness_ctx_params();
+    upload_progress u = {0};
+    const float *logits = NULL;
+    int32_t prompt[3] = {1, 403, 407};
+    if (skip()) return;
+    mp.n_threads = 2;
+    mp.devices = "vulkan";
+    mp.progress = note_progress;
+    mp.progress_user = &u;
+    CHECK_OK(kiln_model_load_ex(KILN_MODEL_PATH, &mp, &m));
+    p.n_ctx = 32;
+    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (ctx) CHECK_OK(kiln_ctx_decode(ctx, prompt, 3, &logits));
+    if (ctx) CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
+    if (m) CHECK_OK(kiln_model_memory_info(m, &mem));
+    CHECK(u.calls > 1);
+    CHECK_EQ_INT(u.out_of_order, 0);
+    CHECK(u.last_done == u.last_total);
+    CHECK(mem.device.weight_bytes > 0);
+    CHECK(u.finished_bytes == mem.device.weight_bytes);
+    printf("  %d progress calls, %llu of %llu weight bytes reported\n", u.calls,
+           (unsigned long long)u.finished_bytes, (unsigned long long)mem.device.weight_bytes);
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+}
+
 /* With the cache on the device the whole decode graph is one split on it; an op that touches the cache
  * refused (attention) puts the cache back on the CPU. The schedule is read from the context's log. */
 static char schedule_line[512];
@@ -854,5 +903,6 @@ int main(void) {
     RUN(f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids);
     RUN(sequence_edits_on_a_device_cache_give_the_cpu_logits);
     RUN(contexts_created_and_destroyed_beside_a_decode_leave_it_intact);
+    RUN(the_weight_upload_reports_progress_up_to_the_total);
     return harness_finish();
 }

@@ -165,6 +165,11 @@ void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user) {
     b->abort_user = user;
 }
 
+void kiln__backend_set_progress(kiln_backend *b, kiln_progress_fn fn, void *user) {
+    b->progress = fn;
+    b->progress_user = user;
+}
+
 /* ---- Buffer verbs ---- */
 
 /* [offset, offset + size) inside buf, checked without overflow. verb names the caller in the message. */

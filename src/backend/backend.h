@@ -82,6 +82,9 @@ struct kiln_backend {
     void *context;
     kiln_abort_fn abort_fn; /* asked between nodes during compute; true stops it with KILN_E_ABORTED */
     void *abort_user;
+    kiln_progress_fn progress; /* told, during compute, the bytes of weights it prepared (the CPU's packing,
+                                * a device's upload) of the bytes that compute needs prepared; NULL: none */
+    void *progress_user;
 };
 
 /* The CPU backend with a persistent pool of n_threads threads (0 = number of online cores). */
@@ -128,10 +131,8 @@ bool kiln__backend_name_is_vulkan(const char *name, size_t len); /* "vulkan", "v
 kiln_status kiln__backend_create_named(const char *name, size_t len, int32_t n_threads, kiln_backend **out);
 
 /* The CPU backend's weight preparation: mapping/size is a read-only file mapping whose pages it hands
- * back (MADV_DONTNEED) once it has prepared a weight lying in it; progress reports the bytes prepared of
- * the bytes a graph needs prepared (NULL: silent). */
+ * back (MADV_DONTNEED) once it has prepared a weight lying in it. */
 void kiln__backend_cpu_set_mapping(kiln_backend *b, const void *mapping, size_t size);
-void kiln__backend_cpu_set_progress(kiln_backend *b, kiln_progress_fn progress, void *user);
 
 /* What a backend holds for the model: its prepared weights. */
 struct kiln_backend_memory {
@@ -144,6 +145,8 @@ void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 
 /* The abort callback of the computations that follow (NULL: none). */
 void kiln__backend_set_abort(kiln_backend *b, kiln_abort_fn fn, void *user);
+/* The weight-preparation progress callback of the computations that follow (NULL: silent). */
+void kiln__backend_set_progress(kiln_backend *b, kiln_progress_fn fn, void *user);
 
 const char *kiln__backend_name(const kiln_backend *b);
 bool kiln__backend_holds_kv(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);

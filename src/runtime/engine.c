@@ -87,7 +87,8 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
     st = start_devices(e, p->devices);
     if (!st) {
         kiln__backend_cpu_set_mapping(e->cpu, mapping, mapping_size);
-        kiln__backend_cpu_set_progress(e->cpu, p->progress, p->progress_user);
+        for (int32_t i = 0; i < e->n_backends; i++)
+            kiln__backend_set_progress(e->backends[i], p->progress, p->progress_user);
         st = kiln__const_store_create(e->cpu, &e->consts);
     }
     if (!st) {

@@ -609,8 +609,16 @@ void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *use
     write(user, line);
     for (int32_t sp = 0; sp < p->n_splits; sp++) {
         const sched_split *s = &p->splits[sp];
-        snprintf(line, sizeof line, "split %d: %s, nodes [%d, %d): %d nodes, %d copies in", sp,
-                 where(p, s->backend), s->i0, s->i1, s->i1 - s->i0, s->n_copies);
+        n = snprintf(line, sizeof line, "split %d: %s, nodes [%d, %d): %d nodes, %d copies in; ops:", sp,
+                     where(p, s->backend), s->i0, s->i1, s->i1 - s->i0, s->n_copies);
+        /* the distinct ops of its computing nodes, in first-use order */
+        for (int32_t i = s->i0; i < s->i1 && n > 0 && (size_t)n < sizeof line; i++) {
+            const kiln_tensor *t = kiln__graph_node(p->g, i);
+            bool seen = !computes(t);
+            for (int32_t j = s->i0; j < i && !seen; j++)
+                seen = kiln__graph_node(p->g, j)->op == t->op;
+            if (!seen) n += snprintf(line + n, sizeof line - (size_t)n, " %s", kiln__op_name(t->op));
+        }
         write(user, line);
         for (int32_t c = s->copy0; c < s->copy0 + s->n_copies; c++) {
             const sched_copy *cp = &p->copies[c];

@@ -78,8 +78,8 @@ kiln_status kiln__sched_compute(kiln_sched_plan *p);
 kiln_tensor *kiln__sched_plan_output(const kiln_sched_plan *p, int32_t i);
 
 /* The "--verbose" listing: a summary line (splits, copies, each arena in list order), then per split its
- * backend, node range and count, and the copies made before it (source, destination, bytes), then the
- * outputs copied back. */
+ * backend, node range and count, the distinct ops it computes, and the copies made before it (source,
+ * destination, bytes), then the outputs copied back. */
 void kiln__sched_plan_describe(const kiln_sched_plan *p, void (*write)(void *user, const char *line),
                                void *user);
 int32_t kiln__sched_plan_n_splits(const kiln_sched_plan *p);

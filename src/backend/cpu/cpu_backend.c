@@ -49,8 +49,6 @@ typedef struct cpu_context {
     uint64_t packed_bytes, released_bytes;
     const char *map;        /* the model's read-only file mapping, or NULL */
     size_t map_size;
-    kiln_progress_fn progress;
-    void *progress_user;
     const void **node_packed; /* [node index] the packed weight for the active level, or NULL */
     int32_t node_packed_cap;
     kiln_graph *graph;      /* the graph being computed (job argument) */
@@ -200,7 +198,8 @@ static kiln_status make_packed(cpu_context *c, const kiln_tensor *w, const void 
 /* Look up (or make) the packed weight of every node in [i0, i1), for the level in use now, reporting
  * progress over the bytes still to prepare. The index is sized for the whole graph, so that it stays
  * indexed by node position. */
-static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int32_t i1) {
+static kiln_status prepare_packed(const kiln_backend *b, cpu_context *c, kiln_graph *g, int32_t i0,
+                                  int32_t i1) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     int32_t n = kiln__graph_n_nodes(g);
     uint64_t to_prepare = 0, done = 0;
@@ -227,7 +226,7 @@ static kiln_status prepare_packed(cpu_context *c, kiln_graph *g, int32_t i0, int
         }
         if ((s = make_packed(c, w, &c->node_packed[i]))) return s;
         done += packed_bytes(w);
-        if (c->progress) c->progress(c->progress_user, done, to_prepare);
+        if (b->progress) b->progress(b->progress_user, done, to_prepare);
     }
     return KILN_OK;
 }
@@ -261,7 +260,7 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32
         size_t need = kiln__cpu_kernel(t->op) ? kiln__cpu_scratch_floats(t) : 0;
         if (need > stride) stride = need;
     }
-    if ((s = grow_shared(c, g, i0, i1)) || (s = prepare_packed(c, g, i0, i1))) return s;
+    if ((s = grow_shared(c, g, i0, i1)) || (s = prepare_packed(b, c, g, i0, i1))) return s;
     stride = (stride + 15) & ~(size_t)15; /* keep each thread's scratch 64-byte aligned */
     if (kiln__mul_overflow_size(stride, (size_t)nth, &total))
         return kiln__error(KILN_E_RANGE, "kernel scratch size overflows");
@@ -317,13 +316,6 @@ void kiln__backend_cpu_set_mapping(kiln_backend *b, const void *mapping, size_t 
     c->map = mapping;
     c->map_size = mapping ? size : 0;
 }
-
-void kiln__backend_cpu_set_progress(kiln_backend *b, kiln_progress_fn progress, void *user) {
-    cpu_context *c = b->context;
-    c->progress = progress;
-    c->progress_user = user;
-}
-
 
 kiln_status kiln__backend_cpu_create(int32_t n_threads, kiln_backend **out) {
     kiln_backend *b;

@@ -119,19 +119,37 @@ static kiln_status vk_copy(const kiln_buffer *src, size_t src_offset, kiln_buffe
 
 /* ---- Weights and bindings ---- */
 
+/* The device copy of weight leaf w, or NULL when it has none yet. */
+static const kiln_vk_weight *find_weight(const kiln_vk_ctx *c, const kiln_tensor *w) {
+    size_t bytes = kiln__tensor_nbytes(w);
+    for (int32_t i = 0; i < c->n_weights; i++) {
+        const kiln_vk_weight *e = &c->weights[i];
+        if (e->src == w->data && e->type == w->type && e->bytes == bytes &&
+            !memcmp(e->ne, w->ne, sizeof e->ne))
+            return e;
+    }
+    return NULL;
+}
+
+/* The weight leaf that source x of a node reads (through a view), or NULL when it reads none. */
+static const kiln_tensor *weight_of(const kiln_tensor *x) {
+    const kiln_tensor *root = x ? (x->view_src ? x->view_src : x) : NULL;
+    return root && root->op == KILN_OP_NONE && root->data &&
+                   (root->flags & (KILN_TENSOR_WEIGHT | KILN_TENSOR_CONST))
+               ? root
+               : NULL;
+}
+
 /* The device copy of weight leaf w, uploaded now when it has none. */
 static kiln_status weight_addr(kiln_vk_ctx *c, const kiln_tensor *w, uintptr_t *addr) {
     kiln_vk_weight *e;
     kiln_vk_span sp;
     kiln_status s;
     size_t bytes = kiln__tensor_nbytes(w);
-    for (int32_t i = 0; i < c->n_weights; i++) {
-        e = &c->weights[i];
-        if (e->src == w->data && e->type == w->type && e->bytes == bytes &&
-            !memcmp(e->ne, w->ne, sizeof e->ne)) {
-            *addr = e->addr;
-            return KILN_OK;
-        }
+    const kiln_vk_weight *have = find_weight(c, w);
+    if (have) {
+        *addr = have->addr;
+        return KILN_OK;
     }
     if (c->n_weights == c->cap_weights) {
         int32_t cap = c->cap_weights ? 2 * c->cap_weights : 64;
@@ -339,12 +357,53 @@ static kiln_status free_slot(kiln_vk_ctx *c, kiln_vk_recording **out) {
     return KILN_OK;
 }
 
+/* Upload every weight the nodes [i0, i1) read that the device has no copy of yet, before recording, telling
+ * the backend's progress callback the bytes uploaded of the bytes to upload. Each upload goes through the
+ * staging ring and is waited for (kiln__vk_upload), so the uploads are synchronous. */
+static kiln_status upload_weights(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
+    kiln_vk_ctx *c = b->context;
+    uint64_t total = 0, done = 0;
+    uintptr_t addr;
+    kiln_status s;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = i0; i < i1; i++) {
+            const kiln_tensor *t = kiln__graph_node(g, i);
+            if (kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE) continue;
+            for (int k = 0; k < KILN_MAX_SRC; k++) {
+                const kiln_tensor *w = weight_of(t->src[k]);
+                if (!w || find_weight(c, w)) continue;
+                if (pass == 0) {
+                    /* counted once: an earlier source of this range reading the same leaf counted it */
+                    bool seen = false;
+                    for (int32_t j = i0; j <= i && !seen; j++)
+                        for (int q = 0; q < KILN_MAX_SRC && !seen && (j < i || q < k); q++) {
+                            const kiln_tensor *x = kiln__graph_node(g, j);
+                            const kiln_tensor *v = weight_of(x->src[q]);
+                            /* the identity find_weight uses: two leaves over the same bytes are one */
+                            seen = !(kiln__op_is_view(x->op) && x->op != KILN_OP_CACHE_WRITE) && v &&
+                                   v->data == w->data && v->type == w->type &&
+                                   !memcmp(v->ne, w->ne, sizeof v->ne);
+                        }
+                    if (!seen) total += kiln__tensor_nbytes(w);
+                    continue;
+                }
+                if ((s = weight_addr(c, w, &addr))) return s;
+                done += kiln__tensor_nbytes(w);
+                if (b->progress) b->progress(b->progress_user, done, total);
+            }
+        }
+        if (total == 0) break;
+    }
+    return KILN_OK;
+}
+
 static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1, kiln_vk_recording *rec) {
     kiln_vk_ctx *c = b->context;
     kiln_vk_fns *fn = c->dev->fn;
     kiln_status s = KILN_OK;
     VkResult r;
     rec->valid = false;
+    if ((s = upload_weights(b, g, i0, i1))) return s;
     for (int32_t i = 0; i < rec->used_desc_pools; i++)
         if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0)))
             return vk_fail(r, "vkResetDescriptorPool");
