@@ -312,3 +312,37 @@ long harness_alloc_sweep(const harness_sweep *sw) {
         }
     }
 }
+
+int32_t harness_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+size_t harness_json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap) {
+    const char *p = strstr(json, section);
+    size_t n = 0;
+    if (!p || !(p = strstr(p, key)) || !(p = strchr(p, '['))) return 0;
+    for (p++; *p && *p != ']' && n < cap;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        out[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+void harness_golden_load(const char *section, harness_golden *g) {
+    char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
+    memset(g, 0, sizeof *g);
+    CHECK(json != NULL);
+    if (!json) return;
+    g->n_prompt = harness_json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
+    g->n_ids = harness_json_ids(json, section, "\"token_ids\"", g->ids, 256);
+    free(json);
+}

@@ -28,6 +28,19 @@ void harness_fail(const char *file, int line, const char *fmt, ...);
 char *harness_read_file(const char *path, size_t *size);
 /* Path under the test data folder, in a static buffer per call site slot. */
 const char *harness_data_path(const char *relative);
+/* The index of the largest of x[0..n) (the first on ties): a greedy step. */
+int32_t harness_argmax(const float *x, int32_t n);
+/* The integers of the JSON array after `key` (with its quotes, e.g. "\"token_ids\"") in the first part of
+ * json from `section` on: at most cap into out; returns how many. Enough for the golden files' flat arrays. */
+size_t harness_json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap);
+/* tests/data/golden/stories260K_greedy.json, one section (e.g. "\"bos_only_200\""): its prompt and greedy ids. */
+typedef struct harness_golden {
+    int32_t prompt[16];
+    size_t n_prompt;
+    int32_t ids[256];
+    size_t n_ids;
+} harness_golden;
+void harness_golden_load(const char *section, harness_golden *g); /* a CHECK fails if the file is missing */
 /* Context parameters for tests: the defaults, with every graph pass verified when the test run sets
  * KILN_CHECK_PASSES=1 (tests/CMakeLists.txt does; the library itself reads no environment). */
 kiln_ctx_params harness_ctx_params(void);

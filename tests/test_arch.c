@@ -56,13 +56,6 @@ static bool reference_load(const char *name, reference *r) {
     return true;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* max |a - ref| / max |ref| */
 static double rel_error(const float *a, const float *ref, int32_t n) {
     double diff = 0.0, scale = 0.0;
@@ -140,7 +133,7 @@ static double run_against_reference(const char *name, const char *passes, const 
         if (err > REL_TOL)
             harness_fail(__FILE__, __LINE__, "%s (passes %s, %s) step %u: relative error %.3g > %g", name,
                          passes, devices ? devices : "cpu", s, err, REL_TOL);
-        token = argmax(logits, (int32_t)r.n_vocab);
+        token = harness_argmax(logits, (int32_t)r.n_vocab);
         if (token != r.greedy[s])
             harness_fail(__FILE__, __LINE__, "%s (passes %s, %s) step %u: greedy token %d, reference %d",
                          name, passes, devices ? devices : "cpu", s, token, r.greedy[s]);

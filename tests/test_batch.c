@@ -38,13 +38,6 @@ static const int32_t PROMPT_C[] = {1, 88, 300, 41, 77};
 static const int32_t PROMPT_D[] = {1, 250, 11, 99, 356, 321, 150, 200, 37, 64, 128, 300, 5, 77};
 #define LEN(a) ((int32_t)(sizeof(a) / sizeof((a)[0])))
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* max |x| over the vector, at least a tiny positive number. */
 static double logit_scale(const float *x, int32_t n) {
     double scale = 1e-30;
@@ -90,7 +83,7 @@ static double kv_tolerance(kiln_type kv) {
 static bool same_step(const float *got, const float *ref, int32_t n, int32_t chosen, double tol,
                       double *worst, const char *what, int32_t step) {
     double d = rel_diff(got, ref, n), scale = logit_scale(ref, n);
-    int32_t best = argmax(ref, n);
+    int32_t best = harness_argmax(ref, n);
     if (!(d <= *worst)) *worst = d;
     if (!(d <= tol)) {
         harness_fail(__FILE__, __LINE__,
@@ -221,7 +214,7 @@ static bool run_interleaved(kiln_ctx *ctx, stream *st, int n, int32_t n_gen, int
                 break;
             }
             memcpy(st[k].logits + (size_t)st[k].n_gen * (size_t)n_vocab, l, (size_t)n_vocab * sizeof *l);
-            st[k].tokens[st[k].n_gen++] = argmax(l, n_vocab);
+            st[k].tokens[st[k].n_gen++] = harness_argmax(l, n_vocab);
         }
     }
     kiln_batch_free(&b);
@@ -440,7 +433,7 @@ static void seq_cp_shares_a_prefix_that_continues_like_a_cold_run(void) {
     CHECK(l != NULL);
     if (!l) goto done;
     memcpy(got, l, (size_t)n_vocab * sizeof *l);
-    tok[0][0] = argmax(l, n_vocab);
+    tok[0][0] = harness_argmax(l, n_vocab);
     forced = (tok[0][0] + 1) % n_vocab; /* not greedy's choice */
     CHECK_EQ_INT(kiln_kv_n_used(ctx), 14);
 
@@ -471,7 +464,7 @@ static void seq_cp_shares_a_prefix_that_continues_like_a_cold_run(void) {
             if (!r) goto done;
             float *dst = got + ((size_t)s * CP_STEPS + (s == 0 ? 1 : 0)) * (size_t)n_vocab;
             memcpy(dst, r, (size_t)n_vocab * sizeof *r);
-            tok[s][s == 0 ? 1 : 0] = argmax(r, n_vocab);
+            tok[s][s == 0 ? 1 : 0] = harness_argmax(r, n_vocab);
         }
     }
     /* Then all three decode greedily together: sequence 0 has 2 choices so far, 1 and 2 have 1. */
@@ -492,7 +485,7 @@ static void seq_cp_shares_a_prefix_that_continues_like_a_cold_run(void) {
             if (!r) goto done;
             memcpy(got + ((size_t)s * CP_STEPS + (size_t)have) * (size_t)n_vocab, r,
                    (size_t)n_vocab * sizeof *r);
-            tok[s][have] = argmax(r, n_vocab);
+            tok[s][have] = harness_argmax(r, n_vocab);
         }
     }
     CHECK_EQ_INT(kiln_kv_seq_pos_max(ctx, 0), 14 + CP_STEPS - 2);
@@ -540,7 +533,7 @@ static void seq_rm_of_a_tail_then_decoding_it_again_repeats_the_first_run(void) 
     CHECK_OK(kiln_ctx_decode(ctx, PROMPT_B, LEN(PROMPT_B), &l));
     for (int32_t g = 0; l && g < RM_STEPS; g++) {
         memcpy(first + (size_t)g * (size_t)n_vocab, l, (size_t)n_vocab * sizeof *l);
-        tok[g] = argmax(l, n_vocab);
+        tok[g] = harness_argmax(l, n_vocab);
         if (g + 1 < RM_STEPS) CHECK_OK(kiln_ctx_decode(ctx, &tok[g], 1, &l));
     }
     if (!l) goto done;
@@ -556,7 +549,7 @@ static void seq_rm_of_a_tail_then_decoding_it_again_repeats_the_first_run(void) 
         CHECK_OK(kiln_ctx_decode(ctx, PROMPT_B + 7, 2, &l));
         for (int32_t g = 0; l && g < RM_STEPS; g++) {
             memcpy(again + (size_t)g * (size_t)n_vocab, l, (size_t)n_vocab * sizeof *l);
-            tok2[g] = argmax(l, n_vocab);
+            tok2[g] = harness_argmax(l, n_vocab);
             if (!same_step(again + (size_t)g * (size_t)n_vocab, first + (size_t)g * (size_t)n_vocab, n_vocab,
                            tok2[g], kv_tolerance(KILN_TYPE_F32), &worst, form ? "rm [7, end)" : "rm [7, -1)",
                            g))
@@ -704,7 +697,7 @@ static void two_contexts_on_one_model_share_one_prepared_copy_of_the_weights(voi
         /* A prefill and a decode step, so that both batch shapes have run. */
         CHECK_OK(kiln_ctx_decode(a, PROMPT_D, LEN(PROMPT_D), &la));
         if (!la) goto next;
-        tok = argmax(la, kiln_model_n_vocab(m));
+        tok = harness_argmax(la, kiln_model_n_vocab(m));
         CHECK_OK(kiln_ctx_decode(a, &tok, 1, &la));
         if (!la) goto next;
         memcpy(keep, la, (size_t)kiln_model_n_vocab(m) * sizeof *keep);
@@ -744,7 +737,7 @@ static kiln_status greedy_step(kiln_ctx *ctx, kiln_batch *b, int32_t n_seqs, int
     for (int32_t q = 0; q < n_seqs; q++) {
         const float *l = kiln_ctx_logits(ctx, q);
         if (!l) return KILN_E_INTERNAL;
-        tok[q] = argmax(l, n_vocab);
+        tok[q] = harness_argmax(l, n_vocab);
         pos[q]++;
     }
     return KILN_OK;

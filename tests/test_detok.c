@@ -147,24 +147,6 @@ static void rejects_out_of_range_ids_and_null_arguments(void) {
     CHECK_STATUS(kiln_detok_create(NULL, true, &d), KILN_E_INVALID_ARG);
 }
 
-/* Read the ints of the JSON array after "key" in the section that starts at "section". */
-static size_t json_ids(const char *json, const char *section, int32_t *ids, size_t cap) {
-    const char *p = strstr(json, section);
-    p = p ? strstr(p, "\"token_ids\"") : NULL;
-    p = p ? strchr(p, '[') : NULL;
-    size_t n = 0;
-    while (p && *p != ']' && n < cap) {
-        char *end;
-        long v = strtol(p + 1, &end, 10);
-        if (end == p + 1) break;
-        ids[n++] = (int32_t)v;
-        p = end;
-        while (*p == ' ' || *p == '\n')
-            p++;
-    }
-    return n;
-}
-
 /* Decode the JSON string after "text" in the section (escapes: \n \" \\ \t \/ only, as in the golden). */
 static size_t json_text(const char *json, const char *section, char *out, size_t cap) {
     const char *p = strstr(json, section);
@@ -186,7 +168,7 @@ static size_t json_text(const char *json, const char *section, char *out, size_t
 static void check_golden(kiln_vocab *v, const char *json, const char *section, const char *txt_file) {
     int32_t ids[512];
     char want[8192], got[8192];
-    size_t n_ids = json_ids(json, section, ids, 512), n_want = json_text(json, section, want, sizeof want),
+    size_t n_ids = harness_json_ids(json, section, "\"token_ids\"", ids, 512), n_want = json_text(json, section, want, sizeof want),
            n = 0;
     CHECK(n_ids > 60 && n_want > 100);
     CHECK_EQ_INT(ids[0], 1);

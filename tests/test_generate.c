@@ -9,47 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Parse the integer array after "key": [ within the JSON section named `section`. */
-static size_t json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap) {
-    const char *p = strstr(json, section);
-    size_t n = 0;
-    if (!p || !(p = strstr(p, key)) || !(p = strchr(p, '['))) return 0;
-    for (p++; *p && *p != ']' && n < cap;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        out[n++] = (int32_t)v;
-        p = end;
-    }
-    return n;
-}
-
-typedef struct golden {
-    int32_t prompt[16];
-    size_t n_prompt;
-    int32_t ids[256];
-    size_t n_ids;
-} golden;
-
-static void load_golden(const char *section, golden *g) {
-    char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
-    CHECK(json != NULL);
-    if (!json) return;
-    g->n_prompt = json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
-    g->n_ids = json_ids(json, section, "\"token_ids\"", g->ids, 256);
-    free(json);
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Greedy: prefill the prompt ids, then generate until the sequence has n_total ids. */
 static kiln_type greedy_kv_type = KILN_TYPE_F32;
 
@@ -67,7 +26,7 @@ static size_t greedy_passes(const kiln_model *m, const char *passes, const int32
     memcpy(out, prompt, n_prompt * sizeof *out);
     CHECK_OK(kiln_ctx_decode(ctx, prompt, (int32_t)n_prompt, &logits));
     while (logits && n < n_total) {
-        out[n] = argmax(logits, kiln_model_n_vocab(m));
+        out[n] = harness_argmax(logits, kiln_model_n_vocab(m));
         if (++n < n_total) CHECK_OK(kiln_ctx_decode(ctx, &out[n - 1], 1, &logits));
     }
     kiln_ctx_destroy(ctx);
@@ -89,10 +48,10 @@ static kiln_model *load_with_threads(int n_threads) {
 
 static void check_golden(const char *section, const char *prompt_text) {
     kiln_model *m;
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256], prompt[16];
     size_t n_prompt = 0;
-    load_golden(section, &g);
+    harness_golden_load(section, &g);
     CHECK(g.n_ids > g.n_prompt && g.n_prompt > 0);
     CHECK_OK(kiln_model_load(KILN_MODEL_PATH, &m));
     if (!m) return;
@@ -125,9 +84,9 @@ static void the_goldens_hold_with_passes_on_off_and_each_fusion_removed(void) {
     static const char *const sets[] = {"none", "all", "-fuse_attention", "-fuse_qkv", "-fuse_swiglu",
                                        "-fuse_rms_norm", "-fuse_linear", "-const_fold", "-simplify,-absorb"};
     kiln_model *m;
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
-    load_golden("\"bos_only_200\"", &g);
+    harness_golden_load("\"bos_only_200\"", &g);
     if (!(m = load_with_threads(2))) return;
     for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
         size_t n = greedy_passes(m, sets[k], g.prompt, g.n_prompt, g.n_ids, ids);
@@ -146,9 +105,9 @@ static void quantized_kv_caches_keep_the_greedy_output(void) {
         size_t at_least;
     } cases[] = {{KILN_TYPE_F16, 200}, {KILN_TYPE_Q8_0, 30}};
     kiln_model *m;
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
-    load_golden("\"bos_only_200\"", &g);
+    harness_golden_load("\"bos_only_200\"", &g);
     if (!(m = load_with_threads(2))) return;
     for (size_t k = 0; k < 2; k++) {
         for (int passes = 0; passes < 2; passes++) {
@@ -221,7 +180,7 @@ static void a_warmed_up_decode_step_allocates_nothing(void) {
     CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits)); /* warm-up */
     harness_zero_allocations();
     for (int i = 0; i < 20; i++) {
-        tok = argmax(logits, kiln_model_n_vocab(m));
+        tok = harness_argmax(logits, kiln_model_n_vocab(m));
         CHECK_OK(kiln_ctx_decode(ctx, &tok, 1, &logits));
     }
     CHECK_EQ_INT(harness_allocations(), 0);

@@ -18,30 +18,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-static size_t json_ids(const char *json, const char *section, int32_t *out, size_t cap) {
-    const char *p = strstr(json, section);
-    size_t n = 0;
-    if (!p || !(p = strstr(p, "\"token_ids\"")) || !(p = strchr(p, '['))) return 0;
-    for (p++; *p && *p != ']' && n < cap;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        out[n++] = (int32_t)v;
-        p = end;
-    }
-    return n;
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Greedy from the golden's first n_prompt ids; returns the index of the first mismatch or -1. */
 static long greedy_mismatch(const kiln_model *m, const int32_t *want, size_t n_prompt, size_t n) {
     kiln_ctx_params p = harness_ctx_params();
@@ -52,7 +28,7 @@ static long greedy_mismatch(const kiln_model *m, const int32_t *want, size_t n_p
     if (!ctx) return 0;
     CHECK_OK(kiln_ctx_decode(ctx, want, (int32_t)n_prompt, &logits));
     for (size_t i = n_prompt; logits && i < n; i++) {
-        int32_t id = argmax(logits, kiln_model_n_vocab(m));
+        int32_t id = harness_argmax(logits, kiln_model_n_vocab(m));
         if (id != want[i]) {
             bad = (long)i;
             break;
@@ -81,7 +57,7 @@ static void goldens_are_exact_at_every_level_with_one_and_two_threads(void) {
         CHECK_EQ_INT(kiln__cpu_force_level((kiln_cpu_level)l), l);
         for (size_t c = 0; c < 2; c++) {
             int32_t ids[256];
-            size_t n = json_ids(json, cases[c].section, ids, 256);
+            size_t n = harness_json_ids(json, cases[c].section, "\"token_ids\"", ids, 256);
             CHECK(n > cases[c].n_prompt);
             for (int t = 1; t <= 2; t++) {
                 long bad = greedy_mismatch(models[t - 1], ids, cases[c].n_prompt, n);

@@ -16,13 +16,6 @@
 
 #define TMP(name) KILN_TEST_TMP "/quantize_tool_" name
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Greedy continuation of "Once upon a time": n ids into out; returns the number produced. */
 static int greedy(const char *path, int32_t *out, int n) {
     kiln_model *m = NULL;
@@ -41,7 +34,7 @@ static int greedy(const char *path, int32_t *out, int n) {
     CHECK_OK(kiln_tokenize(kiln_model_vocab(m), "Once upon a time", 16, true, prompt, 16, &np));
     if (ctx && kiln_ctx_decode(ctx, prompt, (int32_t)np, &logits) == KILN_OK) {
         for (; got < n; got++) {
-            out[got] = argmax(logits, kiln_model_n_vocab(m));
+            out[got] = harness_argmax(logits, kiln_model_n_vocab(m));
             if (kiln_ctx_decode(ctx, &out[got], 1, &logits) != KILN_OK) break;
         }
     }

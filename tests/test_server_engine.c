@@ -193,13 +193,6 @@ static int32_t tokenize(const char *text, int32_t *ids, int32_t cap) {
     return (int32_t)n;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Greedy decoding of prompt alone, with OpenAI's penalties over the generated tokens; returns the count
  * (the final EOS included unless ignore_eos). */
 static int32_t greedy_alone(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, bool ignore_eos,
@@ -220,7 +213,7 @@ static int32_t greedy_alone(const int32_t *prompt, int32_t n_prompt, int32_t max
                 count += out[i] == t;
             if (count > 0) l[t] -= presence + frequency * (float)count;
         }
-        int32_t t = argmax(l, n_vocab);
+        int32_t t = harness_argmax(l, n_vocab);
         out[g++] = t;
         if ((t == eos && !ignore_eos) || g == max_tokens) break;
         CHECK_OK(kiln_ctx_decode(ctx, &t, 1, &logits));
@@ -604,11 +597,11 @@ static void logprobs_are_the_log_softmax_of_the_logits_with_sorted_alternatives(
     CHECK_OK(kiln_ctx_decode(ctx, prompt, n_prompt, &logits));
     int32_t n_vocab = kiln_model_n_vocab(model);
     for (int32_t g = 0; g < 6 && g < c->n_tokens[0] && logits; g++) {
-        double max = logits[argmax(logits, n_vocab)], sum = 0;
+        double max = logits[harness_argmax(logits, n_vocab)], sum = 0;
         for (int32_t t = 0; t < n_vocab; t++)
             sum += exp((double)logits[t] - max);
         int32_t tok = c->tokens[0][g];
-        CHECK_EQ_INT(tok, argmax(logits, n_vocab));
+        CHECK_EQ_INT(tok, harness_argmax(logits, n_vocab));
         CHECK_NEAR(c->logprobs[0][g], (double)logits[tok] - max - log(sum), 1e-4);
         const ks_top_logprob *top = c->top[0][g];
         CHECK_EQ_INT(top[0].token, tok);

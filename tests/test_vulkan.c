@@ -35,46 +35,6 @@ static bool skip(void) {
 
 /* ---- Goldens (tests/data/golden, as test_generate.c reads them) ---- */
 
-static size_t json_ids(const char *json, const char *section, const char *key, int32_t *out, size_t cap) {
-    const char *p = strstr(json, section);
-    size_t n = 0;
-    if (!p || !(p = strstr(p, key)) || !(p = strchr(p, '['))) return 0;
-    for (p++; *p && *p != ']' && n < cap;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        out[n++] = (int32_t)v;
-        p = end;
-    }
-    return n;
-}
-
-typedef struct golden {
-    int32_t prompt[16];
-    size_t n_prompt;
-    int32_t ids[256];
-    size_t n_ids;
-} golden;
-
-static void load_golden(const char *section, golden *g) {
-    char *json = harness_read_file(harness_data_path("golden/stories260K_greedy.json"), NULL);
-    CHECK(json != NULL);
-    if (!json) return;
-    g->n_prompt = json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
-    g->n_ids = json_ids(json, section, "\"token_ids\"", g->ids, 256);
-    free(json);
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static kiln_model *load(const char *devices) {
     kiln_model_params mp = kiln_model_params_default();
     kiln_model *m = NULL;
@@ -88,7 +48,7 @@ static kiln_model *load(const char *devices) {
 static const char *greedy_passes; /* the graph passes of greedy's contexts (NULL: all) */
 static kiln_type greedy_kv = KILN_TYPE_F32; /* the KV cache type of greedy's (and the schedule's) contexts */
 
-static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *out, float *first_logits) {
+static size_t greedy(kiln_model *m, const harness_golden *g, size_t n_total, int32_t *out, float *first_logits) {
     kiln_ctx_params p = harness_ctx_params();
     kiln_ctx *ctx = NULL;
     const float *logits = NULL;
@@ -102,14 +62,14 @@ static size_t greedy(kiln_model *m, const golden *g, size_t n_total, int32_t *ou
     CHECK_OK(kiln_ctx_decode(ctx, g->prompt, (int32_t)g->n_prompt, &logits));
     if (logits && first_logits) memcpy(first_logits, logits, (size_t)kiln_model_n_vocab(m) * sizeof(float));
     while (logits && n < n_total) {
-        out[n] = argmax(logits, kiln_model_n_vocab(m));
+        out[n] = harness_argmax(logits, kiln_model_n_vocab(m));
         if (++n < n_total) CHECK_OK(kiln_ctx_decode(ctx, &out[n - 1], 1, &logits));
     }
     kiln_ctx_destroy(ctx);
     return n;
 }
 
-static void check_ids(const golden *g, const int32_t *ids, size_t n, const char *what) {
+static void check_ids(const harness_golden *g, const int32_t *ids, size_t n, const char *what) {
     CHECK_EQ_INT(n, g->n_ids);
     for (size_t i = 0; i < n && i < g->n_ids; i++)
         if (ids[i] != g->ids[i]) {
@@ -476,13 +436,13 @@ static void freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_f
 
 /* A prompt and 64 greedy decode steps on "vulkan"; the model's device memory figures in *mem. */
 static void workload(kiln_device_memory *mem) {
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
     kiln_model_memory mm;
     kiln_model *m = load("vulkan");
     memset(mem, 0, sizeof *mem);
     if (!m) return;
-    load_golden("\"once_upon_a_time_64\"", &g);
+    harness_golden_load("\"once_upon_a_time_64\"", &g);
     greedy(m, &g, g.n_prompt + 64, ids, NULL);
     CHECK_OK(kiln_model_memory_info(m, &mm));
     *mem = mm.device;
@@ -520,11 +480,11 @@ static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
     vk = load("vulkan");
     cpu = load(NULL);
     for (int k = 0; k < 2 && vk && cpu; k++) {
-        golden g = {0};
+        harness_golden g = {0};
         int32_t ids[256];
         int32_t V = kiln_model_n_vocab(cpu);
         float *lv = malloc((size_t)V * sizeof(float)), *lc = malloc((size_t)V * sizeof(float));
-        load_golden(sections[k], &g);
+        harness_golden_load(sections[k], &g);
         if (!lv || !lc || !g.n_ids) {
             free(lv);
             free(lc);
@@ -548,18 +508,18 @@ static void greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits(void) {
     kiln_model_destroy(cpu);
 }
 
-/* With env set (name=value), a model on "vulkan" gives the golden ids; its backends and note checked. */
-/* With the test hooks h, a model on "vulkan" gives the golden ids; its backends and note checked. */
+/* With env set (name=value), a model on "vulkan" gives the harness_golden ids; its backends and note checked. */
+/* With the test hooks h, a model on "vulkan" gives the harness_golden ids; its backends and note checked. */
 static void fallback_case(const char *what, const kiln_vulkan_test_hooks *h, const char *backends_prefix,
                           const char *note) {
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
     kiln_model *m;
     kiln__vulkan_set_test_hooks(h);
     m = load("vulkan");
     kiln__vulkan_set_test_hooks(NULL);
     if (!m) return;
-    load_golden("\"once_upon_a_time_64\"", &g);
+    harness_golden_load("\"once_upon_a_time_64\"", &g);
     check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), what);
     if (strncmp(kiln_model_backends(m), backends_prefix, strlen(backends_prefix)))
         harness_fail(__FILE__, __LINE__, "%s: backends '%s'", what, kiln_model_backends(m));
@@ -572,12 +532,12 @@ static void fallback_case(const char *what, const kiln_vulkan_test_hooks *h, con
 /* Without the passes attention is plain ops (matmul over a permuted cache view, cont, softmax), all of
  * which the device must run since the cache lives there; the goldens still hold. */
 static void the_goldens_hold_on_vulkan_without_the_graph_passes(void) {
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
     kiln_model *m;
     if (skip()) return;
     m = load("vulkan");
-    load_golden("\"once_upon_a_time_64\"", &g);
+    harness_golden_load("\"once_upon_a_time_64\"", &g);
     greedy_passes = "none";
     if (m) check_ids(&g, ids, greedy(m, &g, g.n_ids, ids, NULL), "passes none");
     greedy_passes = NULL;
@@ -722,7 +682,7 @@ static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(v
 }
 
 /* An F16 and a Q8_0 cache live on the device too (one split per decode), and 64 greedy steps from the
- * golden prompt give the CPU's ids with the same cache type, fused attention and the plain form alike, the first logits within the greedy test's 1e-4
+ * harness_golden prompt give the CPU's ids with the same cache type, fused attention and the plain form alike, the first logits within the greedy test's 1e-4
  * of the largest (the cache bytes are the CPU's exactly, test_backend_ops; sums differ in order). */
 static void f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids(void) {
     static const kiln_type kinds[2] = {KILN_TYPE_F16, KILN_TYPE_Q8_0};
@@ -732,10 +692,10 @@ static void f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids(void) {
     vk = load("vulkan");
     cpu = load(NULL);
     for (int k = 0; k < 2 && vk && cpu; k++) {
-        golden g = {0};
+        harness_golden g = {0};
         int32_t iv[256], ic[256], V = kiln_model_n_vocab(cpu);
         float *lv = malloc((size_t)V * sizeof(float)), *lc = malloc((size_t)V * sizeof(float));
-        load_golden("\"once_upon_a_time_64\"", &g);
+        harness_golden_load("\"once_upon_a_time_64\"", &g);
         greedy_kv = kinds[k];
         schedule_of_one_decode(NULL, line, sizeof line);
         if (!strstr(line, "schedule: 1 splits") || !strstr(line, "cpu 0 bytes"))
@@ -850,7 +810,7 @@ static void sequence_edits_on_a_device_cache_give_the_cpu_logits(void) {
 /* Contexts come and go on one thread while another context of the model decodes on another: creating
  * a context allocates and zeroes its cache on the device, destroying one returns its cache and arena to
  * the pool, so both take the engine lock like compute does (the pool and the queue are not thread-safe).
- * The decoding thread still gives the golden ids, and every create succeeds. */
+ * The decoding thread still gives the harness_golden ids, and every create succeeds. */
 typedef struct churn_arg {
     kiln_model *m;
     int n_ok;
@@ -869,14 +829,14 @@ static void *churn_contexts(void *user) {
 }
 
 static void contexts_created_and_destroyed_beside_a_decode_leave_it_intact(void) {
-    golden g = {0};
+    harness_golden g = {0};
     int32_t ids[256];
     churn_arg arg = {NULL, 0};
     pthread_t th;
     if (skip()) return;
     arg.m = load("vulkan");
     if (!arg.m) return;
-    load_golden("\"once_upon_a_time_64\"", &g);
+    harness_golden_load("\"once_upon_a_time_64\"", &g);
     CHECK(pthread_create(&th, NULL, churn_contexts, &arg) == 0);
     check_ids(&g, ids, greedy(arg.m, &g, g.n_ids, ids, NULL), "decoding beside context churn");
     pthread_join(th, NULL);
