@@ -7,7 +7,7 @@
  * hold the kept sequence and takes the others off the rest; reset frees everything. Each cell also keeps
  * a hash of the tokens its K and V were computed from, so a caller can tell a clean history.
  *
- * The includer defines N_CTX (cells), N_SEQ (sequences, at most 32) and POS_LIMIT (positions stay below).
+ * The includer defines N_CTX (cells) and N_SEQ (sequences, at most 32).
  */
 #ifndef KILN_TEST_KV_MODEL_H
 #define KILN_TEST_KV_MODEL_H
@@ -15,8 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#if !defined(N_CTX) || !defined(N_SEQ) || !defined(POS_LIMIT)
-#error "define N_CTX, N_SEQ and POS_LIMIT before including kv_model.h"
+#if !defined(N_CTX) || !defined(N_SEQ)
+#error "define N_CTX and N_SEQ before including kv_model.h"
 #endif
 
 typedef struct mcell {
@@ -61,21 +61,23 @@ static inline int32_t model_pos_max(const kv_model *m, int32_t s) {
     return best;
 }
 
-/* map[p] = the cell holding position p of s, or -1, for p < POS_LIMIT. */
-static inline void model_map(const kv_model *m, int32_t s, int32_t *map) {
-    for (int32_t p = 0; p < POS_LIMIT; p++)
-        map[p] = -1;
+/* map[q] = the cell holding position q of s, or -1, for q < n (n <= N_CTX: a clean history of n positions
+ * needs n cells, so no caller asks for more). */
+static inline void model_map(const kv_model *m, int32_t s, int32_t n, int32_t *map) {
+    for (int32_t q = 0; q < n; q++)
+        map[q] = -1;
     for (int32_t c = 0; c < N_CTX; c++)
-        if (m->cell[c].seqs >> s & 1u) map[m->cell[c].pos] = c;
+        if ((m->cell[c].seqs >> s & 1u) && m->cell[c].pos < n) map[m->cell[c].pos] = c;
 }
 
 /* True when s holds positions 0..P (P = its pos_max; none is fine too), each computed from exactly the
  * cells s holds before it; toks[0..P] receives its tokens. */
 static inline bool model_clean(const kv_model *m, int32_t s, int32_t *toks, int32_t *P) {
-    int32_t map[POS_LIMIT];
+    int32_t map[N_CTX];
     uint64_t h = HIST_START;
     *P = model_pos_max(m, s);
-    model_map(m, s, map);
+    if (*P >= N_CTX) return false; /* P + 1 positions cannot fit in N_CTX cells */
+    model_map(m, s, *P + 1, map);
     for (int32_t q = 0; q <= *P; q++) {
         if (map[q] < 0) return false;
         h = hist_next(h, m->cell[map[q]].token);
@@ -87,9 +89,9 @@ static inline bool model_clean(const kv_model *m, int32_t s, int32_t *toks, int3
 
 /* A batch token: a new cell at position p of s (the batch was accepted, so a cell is free). */
 static inline void model_add(kv_model *m, int32_t s, int32_t p, int32_t token) {
-    int32_t map[POS_LIMIT], c = 0;
-    uint64_t h = HIST_START;
-    model_map(m, s, map);
+    int32_t map[N_CTX], c = 0;
+    uint64_t h = p <= N_CTX ? HIST_START : 0; /* p earlier positions need p cells */
+    if (h) model_map(m, s, p, map);
     for (int32_t q = 0; q < p && h; q++) {
         if (map[q] < 0) {
             h = 0;
