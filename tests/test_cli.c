@@ -9,8 +9,15 @@
  */
 #include "harness.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
 
 typedef struct run_result {
     char out[8192];
@@ -234,18 +241,36 @@ static void devices_lists_the_cpu_and_device_picks_one_with_the_same_output(void
             harness_fail(__FILE__, __LINE__, "%s kiln %s printed '%s', the CPU '%s'", runs[i][0], args, r.out, cpu.out);
         if (i == 3 && !strstr(r.err, "kiln run: note: vulkan:9: "))
             harness_fail(__FILE__, __LINE__, "--device vulkan:9: stderr '%s' has no note", r.err);
-    }    /* serve says the same when it loads: started in the background, sent SIGINT once it listens (or
-     * after 60 s), it shuts down cleanly. */
-    char cmd[4096], errpath[512];
+    }
+    /* serve says the same when it loads: started in the background, sent SIGINT once it listens (or after
+     * 60 s), it shuts down cleanly. Spawned and reaped here rather than by a shell, whose `wait` status
+     * (dash's) is not the process's own. */
+    char errpath[512];
     size_t n;
     snprintf(errpath, sizeof errpath, "%s/cli_serve_stderr.txt", KILN_TEST_TMP);
-    snprintf(cmd, sizeof cmd,
-             "'%s' serve -m '%s' --port 0 --device vulkan:9 2>'%s' & p=$!; i=0; "
-             "while [ $i -lt 600 ] && ! grep -q listening '%s'; do sleep 0.1; i=$((i + 1)); done; "
-             "kill -INT $p; wait $p",
-             KILN_CLI_PATH, KILN_MODEL_PATH, errpath, errpath);
-    int status = system(cmd);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *argv[] = {(char *)KILN_CLI_PATH, "serve", "-m", (char *)KILN_MODEL_PATH, "--port", "0", "--device", "vulkan:9",
+                    NULL};
+    posix_spawn_file_actions_t fa;
+    pid_t pid = -1;
+    int status = -1;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(posix_spawn(&pid, KILN_CLI_PATH, &fa, NULL, argv, environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    for (int i = 0; pid > 0 && i < 600; i++) {
+        char *so_far = harness_read_file(errpath, &n);
+        bool up = so_far && strstr(so_far, "listening on");
+        free(so_far);
+        if (up) break;
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+    if (pid > 0) {
+        kill(pid, SIGINT);
+        CHECK(waitpid(pid, &status, 0) == pid);
+    }
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        harness_fail(__FILE__, __LINE__, "serve after SIGINT: status 0x%x (exit %d, signal %d)", status,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     char *err = harness_read_file(errpath, &n);
     if (!err || !strstr(err, "kiln serve: note: vulkan:9: ") || !strstr(err, "listening on"))
         harness_fail(__FILE__, __LINE__, "serve --device vulkan:9: stderr '%s' has no note or never listened",
