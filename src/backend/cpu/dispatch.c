@@ -27,6 +27,7 @@ static void build(void) {
             kiln__cpu_isa_init_avx512(&tables[l]);
             kiln__cpu_isa_init_avx512_packed(&tables[l]);
             kiln__cpu_isa_init_avx512_half(&tables[l]);
+            kiln__cpu_isa_init_avx512_bf16(&tables[l]);
             kiln__cpu_isa_init_avx512_kquants(&tables[l]);
             kiln__cpu_isa_init_avx512_attention(&tables[l]);
             kiln__cpu_isa_init_avx512_vec(&tables[l]);

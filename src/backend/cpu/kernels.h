@@ -126,6 +126,13 @@ typedef struct kiln_cpu_isa {
      * last group (kiln__repack_pads), whose tiles store only the nr outputs asked for. NULL: this level
      * does not use repacked weights. */
     kiln_mm_fn mm_packed[KILN_TYPE_COUNT];
+    /* F16/BF16 prefill over repacked weights (repack_half.c) in bf16 arithmetic: x holds nc columns of k
+     * bf16 values, xs bytes apart (f32_to_bf16 made them); weights are rounded to bf16 as f32_to_bf16
+     * rounds, and each pair of products adds to a float sum (AVX512-BF16's vdpbf16ps). Twice the float
+     * FMA's products per instruction, for about 2^-8 relative error per product (kiln__mm_bf16_ref is
+     * the reference). NULL: the level multiplies F16/BF16 in float only. */
+    kiln_mm_fn mm_packed_bf16[KILN_TYPE_COUNT];
+    void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even; subnormals to zero */
     void (*quantize_q8)(const float *x, void *row, int64_t k);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
     void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
@@ -163,6 +170,15 @@ bool kiln__repack_half_supported(int64_t k, int64_t n);
 size_t kiln__repack_half_group_bytes(int64_t k);
 void kiln__repack_half(const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 
+/* The reference of the mm_packed_bf16 tiles for an F16 or BF16 weight (NULL for others), on unpacked
+ * rows: each weight rounded as f32_to_bf16 rounds, and per element pair the sum gains the second
+ * product, then the first, each product exact and each sum rounded (kernels_mm_ref.c). */
+kiln_mm_fn kiln__mm_bf16_ref(kiln_type type);
+/* f32_to_bf16 of one value: subnormals to signed zero, then kiln_fp32_to_bf16 (VCVTNEPS2BF16's rule). */
+uint16_t kiln__bf16_round(float f);
+/* Bytes of one bf16 activation column of k values in the matmul's shared scratch (64-byte aligned). */
+static inline size_t kiln__bf16_row_bytes(int64_t k) { return ((size_t)k * 2 + 63) & ~(size_t)63; }
+
 /* Whether matmul with this weight type takes q8 activation rows. */
 static inline bool kiln__mm_wants_q8(kiln_type t) {
     return t == KILN_TYPE_Q8_0 || t == KILN_TYPE_Q4_0 || t == KILN_TYPE_Q4_K || t == KILN_TYPE_Q6_K;
@@ -182,6 +198,7 @@ void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx512_bf16(kiln_cpu_isa *t); /* the mm_packed_bf16 tiles, where the CPU has AVX512-BF16 */
 /* The AVX-512 packed tile for Q8_0, Q4_0, F16 or BF16 whose decode walks `streams` weight streams: 1, or 0
  * for the tile's own count (4 for Q8_0/Q4_0, 8 for F16/BF16); NULL for other types or off x86-64. The
  * table takes the variant kiln__cpu_decode_streams() names; tests check both on any machine. */

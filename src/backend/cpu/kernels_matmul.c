@@ -4,6 +4,8 @@
  *
  * Quantized weights: the threads first quantize every activation column to a q8 row in the node's shared
  * scratch (each thread a range of columns), meet at a barrier, then multiply with integer dots.
+ * Repacked F16/BF16 weights with several columns, on a level with bf16 tiles (mm_packed_bf16): the same,
+ * with the columns rounded to bf16 rows instead (prefill in bf16 arithmetic; decode stays in float).
  * F16/BF16 weights with several columns (prefill) that were not repacked: each block of 32 weight rows is
  * converted to F32 once into the thread's scratch and multiplied with the F32 tile, so the conversion is
  * paid once per block instead of once per column (repacked ones go to the packed tiles, which convert
@@ -36,8 +38,16 @@ size_t kiln__cpu_matmul_scratch_floats(const kiln_tensor *node) {
     return (size_t)x->ne[0]; /* one dequantized row for the fallback */
 }
 
+/* Whether a repacked weight multiplies these columns in bf16 arithmetic: the level has the tile and the
+ * pass is a prefill (as many columns as converts_rows asks; one to three stay in float). */
+static bool bf16_columns(const kiln_cpu_isa *isa, const kiln_tensor *w, const kiln_tensor *x) {
+    return isa->mm_packed_bf16[w->type] != NULL && x->ne[1] >= 4;
+}
+
 size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node) {
     const kiln_tensor *w = node->src[0], *x = node->src[1];
+    /* Sized for the bf16 columns whenever the level could use them; unused when the weight is not repacked. */
+    if (bf16_columns(kiln__cpu_isa(), w, x)) return kiln__bf16_row_bytes(x->ne[0]) * (size_t)kiln__tensor_nrows(x);
     if (!kiln__mm_wants_q8(w->type)) return 0;
     /* 15 rows of padding: the AMX tiles load 16 columns at a time and ignore the extra ones. */
     return kiln__q8_row_bytes(x->ne[0]) * ((size_t)kiln__tensor_nrows(x) + 15);
@@ -77,6 +87,19 @@ static void quantize_columns(const kiln_cpu_args *a, const kiln_cpu_isa *isa) {
     }
 }
 
+/* Round this thread's share of the activation columns to the shared bf16 rows. */
+static void round_columns(const kiln_cpu_args *a, const kiln_cpu_isa *isa) {
+    const kiln_tensor *x = a->dst->src[1];
+    size_t row = kiln__bf16_row_bytes(x->ne[0]);
+    int64_t c0, c1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &c0, &c1);
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
+        isa->f32_to_bf16((const float *)kiln__cpu_row(x, i1, i2, i3),
+                         (uint16_t *)(void *)((char *)a->shared + (size_t)c * row), x->ne[0]);
+    }
+}
+
 /* The linear op's scale, bias and activation on outputs [n0, n0 + rows) of M columns; the activation
  * runs over each column's rows through the level's row helper (kiln__act_row). */
 static void epilogue(const kiln_tensor *dst, float *out, size_t os, int64_t rows, int64_t M, int64_t n0) {
@@ -102,15 +125,16 @@ static void multiply(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
     const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
     kiln_tensor *dst = a->dst;
     int64_t K = w->ne[0], M = x->ne[1], r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
+    bool packed = a->packed && isa->mm_packed[w->type], bf16 = packed && bf16_columns(isa, w, x);
     bool q8 = kiln__mm_wants_q8(w->type), convert = converts_rows(w, x);
-    size_t xs = q8 ? kiln__q8_row_bytes(K) : x->nb[1], os = dst->nb[1] / sizeof(float);
-    const char *xb = q8 ? (const char *)a->shared + (size_t)((i3 * x->ne[2] + i2) * M) * xs
-                        : kiln__cpu_row(x, 0, i2, i3);
+    size_t xs = q8 ? kiln__q8_row_bytes(K) : bf16 ? kiln__bf16_row_bytes(K) : x->nb[1];
+    size_t os = dst->nb[1] / sizeof(float);
+    const char *xb = q8 || bf16 ? (const char *)a->shared + (size_t)((i3 * x->ne[2] + i2) * M) * xs
+                                : kiln__cpu_row(x, 0, i2, i3);
     float *ob = (float *)kiln__cpu_row(dst, 0, i2, i3);
     kiln_mm_fn mm = convert ? isa->mm[KILN_TYPE_F32] : isa->mm[w->type];
-    bool packed = a->packed && isa->mm_packed[w->type];
     size_t gs = packed ? kiln__repack_group_bytes(w->type, K) : 0;
-    if (packed) mm = isa->mm_packed[w->type];
+    if (packed) mm = bf16 ? isa->mm_packed_bf16[w->type] : isa->mm_packed[w->type];
     for (int64_t nb = n0; nb < n1; nb += ROW_BLOCK) {
         int64_t rows = KILN__MIN(ROW_BLOCK, n1 - nb);
         const char *wr = kiln__cpu_row(w, nb, i2 / r2, i3 / r3);
@@ -147,6 +171,9 @@ void kiln__cpu_matmul(const kiln_cpu_args *a) {
     bool fast = fast_ok(isa, a->dst);
     if (fast && kiln__mm_wants_q8(w->type)) {
         quantize_columns(a, isa);
+        kiln__pool_barrier(a->pool);
+    } else if (fast && a->packed && isa->mm_packed[w->type] && bf16_columns(isa, w, x)) {
+        round_columns(a, isa);
         kiln__pool_barrier(a->pool);
     }
     kiln__cpu_split(units, a->ith, a->nth, &u0, &u1);

@@ -2,6 +2,8 @@
  * kernels_mm_ref.c - scalar reference matmul tiles (see kiln_mm_fn in kernels.h) and the activation
  * quantizer. These define the arithmetic the SIMD variants are tested against:
  *   F32, F16, BF16   sum over k of w[k] * x[k], in float, left to right (weights converted exactly);
+ *   bf16 products    (the mm_packed_bf16 tiles) weights and activations rounded to bf16, the sum over
+ *                    element pairs gaining the second product, then the first (vdpbf16ps's order);
  *   Q8_0, Q4_0       per 32-block an exact integer dot of the weight quants with the q8 activation
  *                    quants, scaled by d_w * d_x and summed in float block by block;
  *   Q4_K, Q6_K       likewise per 32-block, with the sub-block scales (kernels_mm_kquants_ref.c).
@@ -69,6 +71,46 @@ static void mm_bf16(int64_t k, const void *w, size_t ws, int64_t nr, const void 
     mm_half(true, k, w, ws, nr, x, xs, nc, out, os);
 }
 
+uint16_t kiln__bf16_round(float f) {
+    if (fpclassify(f) == FP_SUBNORMAL) f = copysignf(0.0f, f);
+    return kiln_fp32_to_bf16(f);
+}
+
+/* x: k bf16 activations per column. Products of two bf16 values are exact in float. */
+static void mm_bf16_products(bool bf16, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                             int64_t nc, float *out, size_t os) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *wr = (const uint16_t *)((const char *)w + r * ws);
+            const uint16_t *xr = (const uint16_t *)((const char *)x + c * xs);
+            float sum = 0.0f;
+            for (int64_t i = 0; i + 1 < k; i += 2)
+                for (int64_t j = i + 1; j >= i; j--) {
+                    float wv = bf16 ? kiln_bf16_to_fp32(wr[j]) : kiln_fp16_to_fp32(wr[j]);
+                    sum += kiln_bf16_to_fp32(kiln__bf16_round(wv)) * kiln_bf16_to_fp32(xr[j]);
+                }
+            out[c * os + r] = sum;
+        }
+}
+
+static void mm_f16_bf16_products(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                                 int64_t nc, float *out, size_t os) {
+    mm_bf16_products(false, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+static void mm_bf16_bf16_products(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                                  int64_t nc, float *out, size_t os) {
+    mm_bf16_products(true, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+kiln_mm_fn kiln__mm_bf16_ref(kiln_type type) {
+    return type == KILN_TYPE_F16 ? mm_f16_bf16_products : type == KILN_TYPE_BF16 ? mm_bf16_bf16_products : NULL;
+}
+
+static void f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = kiln__bf16_round(x[i]);
+}
+
 static float dot_q8_0(int64_t k, const kiln_block_q8_0 *wb, const void *xrow) {
     const int8_t *q = xrow;
     const float *d = kiln__q8_row_d(xrow, k);
@@ -132,7 +174,7 @@ static void scale_f32(float *y, float a, int64_t n) {
 
 void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->level = KILN_CPU_REF;
-    for (int i = 0; i < KILN_TYPE_COUNT; i++) t->mm[i] = t->mm_packed[i] = NULL;
+    for (int i = 0; i < KILN_TYPE_COUNT; i++) t->mm[i] = t->mm_packed[i] = t->mm_packed_bf16[i] = NULL;
     t->mm[KILN_TYPE_F32] = mm_f32;
     t->mm[KILN_TYPE_F16] = mm_f16;
     t->mm[KILN_TYPE_BF16] = mm_bf16;
@@ -140,6 +182,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->mm[KILN_TYPE_Q4_0] = mm_q4_0;
     kiln__cpu_isa_init_kquants_ref(t); /* Q4_K, Q6_K (kernels_mm_kquants_ref.c) */
     t->quantize_q8 = kiln__q8_quantize_ref;
+    t->f32_to_bf16 = f32_to_bf16;
     t->f16_to_f32 = f16_to_f32;
     t->bf16_to_f32 = bf16_to_f32;
     t->dot_f32 = kiln__cpu_dot_f32;
