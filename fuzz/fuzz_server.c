@@ -3,10 +3,13 @@
  * same parsing and validation the HTTP layer calls (server/api.h), with no socket.
  *
  * Byte 0 chooses the endpoint (low 2 bits: /v1/chat/completions and /v1/completions through ks_api_parse,
- * /tokenize and /detokenize through ks_api_tokenize_json / ks_api_detokenize_json) and the chat template
- * the model is served with (bits 2..4: chatml, llama3, phi3, mistral, plain); the rest is the body. The
- * vocabulary is the bundled stories260K's; the model limits are those test_server_api.c uses, with the
- * end-of-turn token found as server.c finds it. The HTTP framing itself (request line, headers, chunked
+ * /tokenize and /detokenize through ks_api_tokenize_json / ks_api_detokenize_json; bit 5 set:
+ * /v1/embeddings through ks_api_parse instead), the chat template the decoder is served with (bits 2..4:
+ * chatml, llama3, phi3, mistral, plain), and whether the request goes to the other kind of model (bit 6:
+ * chat and completions to the encoder, embeddings to a decoder, which must refuse them); the rest is the
+ * body. The decoder's vocabulary is the bundled stories260K's, the encoder's BERT's WordPiece vocabulary
+ * (tests/data/vocab, 384-wide embeddings, 128 cells); the model limits are those test_server_api.c uses,
+ * with the end-of-turn token found as server.c finds it. The HTTP framing itself (request line, headers, chunked
  * bodies) is libmicrohttpd's and is not fuzzed here; Kiln's code sees only the URL, the method and the
  * body, and the body is what this target feeds.
  * Checks:
@@ -16,6 +19,9 @@
  *     tokens to generate, n in 1 .. KS_API_MAX_N, at most KS_API_MAX_STOP stop strings (each a
  *     non-empty string of at most KS_API_MAX_STOP_LEN bytes), logprobs in -1 .. 20, and the sampling
  *     fields in OpenAI's ranges;
+ *   - an accepted /v1/embeddings request (only on the encoder) holds 1 .. KS_API_MAX_INPUTS inputs, each
+ *     of 1 .. n_ctx valid token ids, whose lengths add up to its prompt;
+ *   - a model of the wrong kind refuses the request (400);
  *   - an accepted /tokenize or /detokenize body gives back valid JSON.
  * Seeds: corpus/server; dictionary server.dict.
  */
@@ -26,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kiln_vocab *vocab;
-static ks_api_model models[5];
+static kiln_vocab *vocab, *bert_vocab;
+static ks_api_model models[5], encoder;
 static const char *const templates[5] = {"chatml", "llama3", "phi3", "mistral", "plain"};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -41,6 +47,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         abort();
     }
     kiln_gguf_close(g);
+    g = NULL;
+    if (kiln_gguf_open(KILN_FUZZ_VOCAB_DIR "/ggml-vocab-bert-bge.gguf", &g) != KILN_OK ||
+        kiln_vocab_create(g, &bert_vocab) != KILN_OK) {
+        fprintf(stderr, "fuzz_server: %s\n", kiln_last_error());
+        abort();
+    }
+    kiln_gguf_close(g);
+    encoder = (ks_api_model){.id = "bert.gguf", .vocab = bert_vocab, .tmpl = kiln_chat_template_by_name("plain"),
+                             .eot_token = -1, .n_ctx = 128, .n_ctx_train = 512, .max_tokens_cap = 1,
+                             .default_max_tokens = 1, .created = 1700000000, .embeddings = true, .n_embd = 384};
     for (int i = 0; i < 5; i++) {
         ks_api_model *m = &models[i];
         m->id = "stories260K.gguf";
@@ -100,13 +116,42 @@ static void check_request(const ks_api_request *r, const ks_api_model *m) {
     if (q->eot_token != m->eot_token && !q->ignore_eos) __builtin_trap();
 }
 
+static void check_embedding_request(const ks_api_request *r, const ks_api_model *m) {
+    const ks_request *q = &r->req;
+    int64_t total = 0;
+    if (r->kind != KS_API_EMBEDDING || q->n_inputs < 1 || q->n_inputs > KS_API_MAX_INPUTS || !r->input_lens)
+        __builtin_trap();
+    for (int32_t i = 0; i < q->n_inputs; i++) {
+        if (r->input_lens[i] < 1 || r->input_lens[i] > m->n_ctx) __builtin_trap();
+        total += r->input_lens[i];
+    }
+    if (total != q->n_prompt) __builtin_trap();
+    for (int32_t i = 0; i < q->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= kiln_vocab_n_tokens(m->vocab)) __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
-    const ks_api_model *m = &models[(data[0] >> 2 & 7) % 5];
+    bool embed = data[0] & 0x20, other = data[0] & 0x40;
+    const ks_api_model *decoder = &models[(data[0] >> 2 & 7) % 5];
+    const ks_api_model *m = embed != other ? &encoder : decoder;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     ks_api_error err;
     memset(&err, 0, sizeof err);
+    if (embed || other) {
+        ks_api_kind kind = embed ? KS_API_EMBEDDING : (data[0] & 1) ? KS_API_COMPLETION : KS_API_CHAT;
+        ks_api_request r;
+        bool ok = ks_api_parse(kind, body, len, m, &r, &err);
+        if (!ok) {
+            check_error(&err);
+            return 0;
+        }
+        if (other || !embed) __builtin_trap(); /* the wrong kind of model accepted it */
+        check_embedding_request(&r, m);
+        ks_api_request_free(&r);
+        return 0;
+    }
     if ((data[0] & 3) < 2) {
         ks_api_request r;
         if (!ks_api_parse((data[0] & 3) == 0 ? KS_API_CHAT : KS_API_COMPLETION, body, len, m, &r, &err)) {
