@@ -326,7 +326,9 @@ static void half_matmuls_agree_across_thread_counts_and_with_the_reference_at_ev
                             double mag = 0;
                             for (int64_t i = 0; i < GK; i++)
                                 mag += fabs((double)from_half(c.type, c.w[n * GK + i]) * c.x[m * GK + i]);
-                            double product = kiln__cpu_isa()->mm_packed_bf16[c.type] && c.m >= 4 ? BF16_PRODUCT : 0;
+                            const kiln_cpu_isa *isa = kiln__cpu_isa();
+                            bool bf16 = isa->bf16_prefill && isa->mm_packed_bf16[c.type] && c.m >= 4;
+                            double product = bf16 ? BF16_PRODUCT : 0;
                             CHECK_NEAR(one[m * GN + n], ref[m * GN + n], ((1.5 * GK + 16) * U + product) * mag);
                         }
                 }

@@ -156,6 +156,8 @@ const kiln_cpu_features *kiln__cpu_features(void) {
 
 int kiln__cpu_decode_streams(void) { return kiln__cpu_features()->amd ? 1 : 0; }
 
+bool kiln__cpu_bf16_prefill(void) { return kiln__cpu_features()->amd && kiln__cpu_features()->avx512bf16; }
+
 kiln_cpu_level kiln__cpu_max_level(void) {
     pthread_once(&once, detect);
     return max_level;

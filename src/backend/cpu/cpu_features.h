@@ -54,6 +54,11 @@ const char *kiln__cpu_level_name(kiln_cpu_level level);
  * measured on Sapphire Rapids). Chosen by vendor, not family: that Zen 5 VM's cpuid reports family 0x19
  * model 0x11 (Genoa's numbers), so a family test would have missed the one machine measured. */
 int kiln__cpu_decode_streams(void);
+/* Whether F16/BF16 prefill multiplies in bf16 (vdpbf16ps; kernels.h, mm_packed_bf16): on AMD CPUs with
+ * AVX512-BF16, where it measured about twice the float tiles' rate (Zen 5, docs/performance.md). Not on
+ * Intel until measured there: Sapphire Rapids issues vdpbf16ps on one port against two for the FMA, so
+ * it may gain nothing for the lost precision. Keyed on the vendor for the reason given above. */
+bool kiln__cpu_bf16_prefill(void);
 /* Parse "ref", "avx2", "avx512", "amx" or "neon"; false for anything else. */
 bool kiln__cpu_level_parse(const char *name, kiln_cpu_level *out);
 

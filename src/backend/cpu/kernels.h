@@ -130,8 +130,9 @@ typedef struct kiln_cpu_isa {
      * bf16 values, xs bytes apart (f32_to_bf16 made them); weights are rounded to bf16 as f32_to_bf16
      * rounds, and each pair of products adds to a float sum (AVX512-BF16's vdpbf16ps). Twice the float
      * FMA's products per instruction, for about 2^-8 relative error per product (kiln__mm_bf16_ref is
-     * the reference). NULL: the level multiplies F16/BF16 in float only. */
+     * the reference). NULL: the CPU lacks them. The matmul uses them only when bf16_prefill is set. */
     kiln_mm_fn mm_packed_bf16[KILN_TYPE_COUNT];
+    bool bf16_prefill; /* F16/BF16 prefill takes mm_packed_bf16 (kiln__cpu_bf16_prefill) */
     void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even; subnormals to zero */
     void (*quantize_q8)(const float *x, void *row, int64_t k);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);

@@ -41,7 +41,7 @@ size_t kiln__cpu_matmul_scratch_floats(const kiln_tensor *node) {
 /* Whether a repacked weight multiplies these columns in bf16 arithmetic: the level has the tile and the
  * pass is a prefill (as many columns as converts_rows asks; one to three stay in float). */
 static bool bf16_columns(const kiln_cpu_isa *isa, const kiln_tensor *w, const kiln_tensor *x) {
-    return isa->mm_packed_bf16[w->type] != NULL && x->ne[1] >= 4;
+    return isa->bf16_prefill && isa->mm_packed_bf16[w->type] != NULL && x->ne[1] >= 4;
 }
 
 size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node) {

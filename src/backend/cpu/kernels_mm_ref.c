@@ -183,6 +183,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     kiln__cpu_isa_init_kquants_ref(t); /* Q4_K, Q6_K (kernels_mm_kquants_ref.c) */
     t->quantize_q8 = kiln__q8_quantize_ref;
     t->f32_to_bf16 = f32_to_bf16;
+    t->bf16_prefill = false;
     t->f16_to_f32 = f16_to_f32;
     t->bf16_to_f32 = bf16_to_f32;
     t->dot_f32 = kiln__cpu_dot_f32;

@@ -147,6 +147,7 @@ void kiln__cpu_isa_init_avx512_bf16(kiln_cpu_isa *t) {
     t->mm_packed_bf16[KILN_TYPE_F16] = packed_f16_bf16;
     t->mm_packed_bf16[KILN_TYPE_BF16] = packed_bf16_bf16;
     t->f32_to_bf16 = f32_to_bf16;
+    t->bf16_prefill = kiln__cpu_bf16_prefill();
 }
 
 #else
