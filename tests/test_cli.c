@@ -248,8 +248,8 @@ static void devices_lists_the_cpu_and_device_picks_one_with_the_same_output(void
     char errpath[512];
     size_t n;
     snprintf(errpath, sizeof errpath, "%s/cli_serve_stderr.txt", KILN_TEST_TMP);
-    char *argv[] = {(char *)KILN_CLI_PATH, "serve", "-m", (char *)KILN_MODEL_PATH, "--port", "0", "--device", "vulkan:9",
-                    NULL};
+    char *argv[] = {(char *)KILN_CLI_PATH, "serve", "-m", (char *)KILN_MODEL_PATH, "--port", "0",
+                    "--device", "vulkan:9", NULL};
     posix_spawn_file_actions_t fa;
     pid_t pid = -1;
     int status = -1;

@@ -171,7 +171,8 @@ static void activation_rows_round_to_bf16_like_the_reference_at_every_level(void
         for (int64_t n = 1; n <= 77; n += 19) {
             uint64_t st = 11 + (uint64_t)n;
             for (int64_t i = 0; i < n; i++) v[i] = test_rand(&st) * 1000.0f;
-            for (size_t i = 0; i < KILN__ARRAY_LEN(special) && (int64_t)i < n; i++) memcpy(&v[i * 5 % n], &special[i], 4);
+            for (size_t i = 0; i < KILN__ARRAY_LEN(special) && (int64_t)i < n; i++)
+                memcpy(&v[i * 5 % n], &special[i], 4);
             memset(got, 0xcd, sizeof got);
             isa->f32_to_bf16(v, got, n);
             for (int64_t i = 0; i < n; i++) {
