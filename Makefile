@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. The two commands a newcomer needs:
 #   make run    build everything and generate a story with the bundled model
 #   make test   build everything and run the whole suite, plain, under ASan+UBSan, and bounded fuzz runs
-# `make fuzz FUZZ_SECONDS=N` runs every fuzz target for N seconds (fuzz/README.md).
+# `make fuzz FUZZ_SECONDS=N [FUZZ_RUNS=R FUZZ_JOBS=J]` runs every fuzz target for N seconds (fuzz/README.md).
 # Not part of `make test` (it takes minutes): `make test-aarch64` cross-builds for aarch64 and runs the
 # suite under qemu-user (scripts/test-aarch64.sh; test-aarch64-clang does the same with clang).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -41,10 +41,14 @@ test-asan: build-asan
 test-fuzz: build-fuzz
 	cd build-fuzz && ctest --output-on-failure --timeout 120
 
-# A longer campaign: every fuzz target for FUZZ_SECONDS each, its corpus kept in build-fuzz/fuzz/work/<target>.
+# A longer campaign: every fuzz target for FUZZ_SECONDS each (or until FUZZ_RUNS executions, when that comes
+# first), FUZZ_JOBS targets at a time, its corpus kept in build-fuzz/fuzz/work/<target>.
 FUZZ_SECONDS ?= 600
+FUZZ_RUNS ?= 0
+FUZZ_JOBS ?= 1
 fuzz: build-fuzz
-	cd build-fuzz && KILN_FUZZ_SECONDS=$(FUZZ_SECONDS) ctest --output-on-failure --timeout $$(( $(FUZZ_SECONDS) + 300 ))
+	cd build-fuzz && KILN_FUZZ_SECONDS=$(FUZZ_SECONDS) KILN_FUZZ_RUNS=$(FUZZ_RUNS) \
+		ctest -j $(FUZZ_JOBS) --output-on-failure --timeout $$(( $(FUZZ_SECONDS) + 300 ))
 
 test: test-plain test-asan test-fuzz
 
