@@ -65,8 +65,9 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
  * interleaved streams, each into its own accumulator, with software prefetches PREFETCH_BLOCKS blocks
  * ahead in each when PF is set; the partial sums are added in a fixed order. How many streams feed a
  * thread fastest depends on the memory system: 4 with prefetches on Sapphire Rapids (more misses in
- * flight), 1 without them on the AMD EPYC measured (one sequential run, which its hardware prefetcher
- * follows better alone); see kiln__cpu_decode_streams. */
+ * flight), 1 on the AMD EPYC measured (one sequential run, which its hardware prefetcher follows); see
+ * kiln__cpu_decode_streams. There Q4_0 decoded 3% faster without the software prefetches and Q8_0 9%
+ * faster with them (paired A/B runs of kiln bench, docs/performance.md), so each keeps what measured best. */
 #define PREFETCH_BLOCKS 6
 INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char *w, const unsigned char *next,
                   const char *x, size_t xs, float *out, size_t os) {
@@ -119,7 +120,7 @@ INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char
 
 DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0, 4, 1)
 DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0, 4, 1)
-DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1, 0)
+DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1, 1)
 DEFINE_PACKED(packed_q4_0_one, KILN_TYPE_Q4_0, 1, 0)
 
 kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams) {
