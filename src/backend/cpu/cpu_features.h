@@ -50,8 +50,9 @@ kiln_cpu_level kiln__cpu_force_level(kiln_cpu_level level);
 const char *kiln__cpu_level_name(kiln_cpu_level level);
 /* How many interleaved weight streams the AVX-512 decode tiles (one activation column; Q8_0, Q4_0, F16,
  * BF16) walk in each group of 16 rows: 1 on AMD CPUs, where one sequential run per thread read fastest
- * (measured on a Zen 5 EPYC, docs/performance.md); 0 elsewhere, meaning each tile's own count (4 or 8,
- * measured on Sapphire Rapids). Chosen by vendor, not family: that Zen 5 VM's cpuid reports family 0x19
+ * and, except for Q8_0, faster still without software prefetches (also the K-quant tiles; measured on a
+ * Zen 5 EPYC, docs/performance.md); 0 elsewhere, meaning each tile's own count (4 or 8) with prefetches
+ * (measured on Sapphire Rapids). Chosen by vendor, not family: that Zen 5 VM's cpuid reports family 0x19
  * model 0x11 (Genoa's numbers), so a family test would have missed the one machine measured. */
 int kiln__cpu_decode_streams(void);
 /* Whether F16/BF16 prefill multiplies in bf16 (vdpbf16ps; kernels.h, mm_packed_bf16): on AMD CPUs with

@@ -200,11 +200,14 @@ void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_bf16(kiln_cpu_isa *t); /* the mm_packed_bf16 tiles, where the CPU has AVX512-BF16 */
-/* The AVX-512 packed tile for Q8_0, Q4_0, F16 or BF16 whose decode walks `streams` weight streams: 1, or 0
- * for the tile's own count (4 for Q8_0/Q4_0, 8 for F16/BF16); NULL for other types or off x86-64. The
+/* The AVX-512 packed tile for Q8_0, Q4_0, F16, BF16, Q4_K or Q6_K whose decode walks `streams` weight
+ * streams: 1 (one sequential run, with no software prefetch except for Q8_0), or 0 for the tile's own
+ * count (4 for Q8_0/Q4_0, 8 for F16/BF16, 1 for the K-quants) with prefetches; NULL for other types or
+ * off x86-64. The
  * table takes the variant kiln__cpu_decode_streams() names; tests check both on any machine. */
 kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams);
 kiln_mm_fn kiln__cpu_avx512_half_variant(kiln_type type, int streams); /* its F16/BF16 part (avx512_half.c) */
+kiln_mm_fn kiln__cpu_avx512_kquants_variant(kiln_type type, int streams); /* Q4_K/Q6_K (avx512_kquants.c) */
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_vec(kiln_cpu_isa *t);

@@ -11,7 +11,9 @@
  *   decode   (1 column) memory-bound: the group's pairs are walked as S independent streams, each
  *            with its own accumulators and a software prefetch AHEAD bytes in front (near its end, into
  *            the same stream of the next group), because one thread's read bandwidth grows with the
- *            number of streams in flight and short streams end before the hardware prefetcher ramps up.
+ *            number of streams in flight and short streams end before the hardware prefetcher ramps up
+ *            (Sapphire Rapids). The one-stream variant (AMD, kiln__cpu_decode_streams) issues no
+ *            prefetches: there the hardware prefetcher follows one sequential run faster alone.
  *   prefill  (several columns) compute-bound: CHUNK pairs of the group are widened once into an L1
  *            buffer of floats, then every column tile of up to CMAX columns reads it, so each weight
  *            load feeds 2 * CMAX FMAs (24 accumulators of the 32 registers) and the FMA ports do no
@@ -72,7 +74,7 @@ INLINE void store16(float *out, int rows, __m512 v) {
 
 /* One group times one column (np pairs), as S interleaved streams; next is the following group,
  * only prefetched (prefetching past the end of the weights cannot fault). */
-INLINE void group_decode(int type, int S, int64_t np, const unsigned char *w, const unsigned char *next,
+INLINE void group_decode(int type, int S, int PF, int64_t np, const unsigned char *w, const unsigned char *next,
                          const float *x, float *out, int rows) {
     __m512 acc[SMAX][2];
     const int64_t seg = np / S, ahead = AHEAD / PAIR_BYTES;
@@ -83,7 +85,7 @@ INLINE void group_decode(int type, int S, int64_t np, const unsigned char *w, co
             int64_t p = s * seg + i, j = i + ahead;
             uintptr_t pf = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * PAIR_BYTES)
                                    : (uintptr_t)next + (uintptr_t)((s * seg + j - seg) * PAIR_BYTES);
-            _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            if (PF) _mm_prefetch((const char *)pf, _MM_HINT_T0);
             __m512 a, b, xp = pair(x, p);
             widen(type, w + p * PAIR_BYTES, &a, &b);
             acc[s][0] = _mm512_fmadd_ps(a, xp, acc[s][0]);
@@ -161,27 +163,28 @@ INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const ch
     }
 }
 
-INLINE void packed_half(int type, int S, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                        int64_t nc, float *out, size_t os) {
+INLINE void packed_half(int type, int S, int PF, int64_t k, const void *w, size_t ws, int64_t nr, const void *x,
+                        size_t xs, int64_t nc, float *out, size_t os) {
     const int64_t np = k / 2;
     for (int64_t g = 0; g * 16 < nr; g++) {
         const unsigned char *wg = (const unsigned char *)w + g * ws;
         int rows = nr - g * 16 < 16 ? (int)(nr - g * 16) : 16;
-        if (nc == 1) group_decode(type, S, np, wg, (const unsigned char *)((uintptr_t)wg + ws), x, out + g * 16, rows);
+        const unsigned char *next = (const unsigned char *)((uintptr_t)wg + ws);
+        if (nc == 1) group_decode(type, S, PF, np, wg, next, x, out + g * 16, rows);
         else group_prefill(type, np, wg, (const char *)x, xs, nc, out + g * 16, os, rows);
     }
 }
 
-#define DEFINE_HALF(fn, type, S)                                                                       \
+#define DEFINE_HALF(fn, type, S, PF)                                                                   \
     KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
                                int64_t nc, float *out, size_t os) {                                    \
-        packed_half(type, S, k, w, ws, nr, x, xs, nc, out, os);                                        \
+        packed_half(type, S, PF, k, w, ws, nr, x, xs, nc, out, os);                                    \
     }
 
-DEFINE_HALF(packed_f16, KILN_TYPE_F16, 8)
-DEFINE_HALF(packed_bf16, KILN_TYPE_BF16, 8)
-DEFINE_HALF(packed_f16_one, KILN_TYPE_F16, 1)
-DEFINE_HALF(packed_bf16_one, KILN_TYPE_BF16, 1)
+DEFINE_HALF(packed_f16, KILN_TYPE_F16, 8, 1)
+DEFINE_HALF(packed_bf16, KILN_TYPE_BF16, 8, 1)
+DEFINE_HALF(packed_f16_one, KILN_TYPE_F16, 1, 0)
+DEFINE_HALF(packed_bf16_one, KILN_TYPE_BF16, 1, 0)
 
 kiln_mm_fn kiln__cpu_avx512_half_variant(kiln_type type, int streams) {
     if (type == KILN_TYPE_F16) return streams == 1 ? packed_f16_one : packed_f16;

@@ -17,7 +17,8 @@
  * a thread's rows follow each other, so the stream runs on into the next group (prefetching past the end
  * of the buffer cannot fault). The prefetches are spread over the super-block's blocks (prefetch_part);
  * 4 KiB ahead measured best (2 KiB 5-8% slower, 6 and 10 KiB 2-4% slower); two half-group streams, as
- * the Q4_0 tile has, measured 2-3% slower.
+ * the Q4_0 tile has, measured 2-3% slower (Sapphire Rapids). On AMD (kiln__cpu_decode_streams) the
+ * "_one" variants issue no prefetches, leaving the one sequential run to the hardware prefetcher.
  */
 #include "backend/cpu/kernels.h"
 
@@ -159,14 +160,14 @@ INLINE void q6_k_super(int C, const unsigned char *w, int64_t sb, int64_t k, con
 }
 
 /* One group of 16 rows (the first rows of them valid) times C columns. */
-INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char *x, size_t xs, float *out,
+INLINE void group(int type, int C, int PF, int64_t k, const unsigned char *w, const char *x, size_t xs, float *out,
                   size_t os, int64_t rows) {
     const int64_t bytes = type == KILN_TYPE_Q4_K ? Q4K_BYTES : Q6K_BYTES;
     __m512 acc[CMAX];
     for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < k / KILN_QK_K; sb++) {
         const unsigned char *ws = w + sb * bytes;
-        const unsigned char *pf = C == 1 ? (const unsigned char *)((uintptr_t)ws + AHEAD) : NULL;
+        const unsigned char *pf = C == 1 && PF ? (const unsigned char *)((uintptr_t)ws + AHEAD) : NULL;
         if (type == KILN_TYPE_Q4_K) q4_k_super(C, ws, sb, k, x, xs, acc, pf);
         else q6_k_super(C, ws, sb, k, x, xs, acc, pf);
     }
@@ -175,33 +176,46 @@ INLINE void group(int type, int C, int64_t k, const unsigned char *w, const char
 }
 
 /* The register tile: up to CMAX columns per weight load, in instantiations for each count. */
-#define GROUP_CASE(n, type) case n: group(type, n, k, wg, xc, xs, o, os, nr - g * 16); break
-#define DEFINE_TILE(fn, type)                                                                          \
+#define GROUP_CASE(n, type, PF) case n: group(type, n, PF, k, wg, xc, xs, o, os, nr - g * 16); break
+#define DEFINE_TILE(fn, type, PF)                                                                          \
     KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
-                               int64_t nc, float *out, size_t os) {                                    \
-        for (int64_t g = 0; g * 16 < nr; g++) {                                                        \
-            const unsigned char *wg = (const unsigned char *)w + g * ws;                               \
-            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                \
-                const char *xc = (const char *)x + c0 * xs;                                            \
-                float *o = out + c0 * os + g * 16;                                                     \
-                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                    GROUP_CASE(8, type); GROUP_CASE(7, type); GROUP_CASE(6, type);                     \
-                    GROUP_CASE(5, type); GROUP_CASE(4, type); GROUP_CASE(3, type);                     \
-                    GROUP_CASE(2, type);                                                               \
-                default: group(type, 1, k, wg, xc, xs, o, os, nr - g * 16); break;                     \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
+                               int64_t nc, float *out, size_t os) {                                        \
+        for (int64_t g = 0; g * 16 < nr; g++) {                                                            \
+            const unsigned char *wg = (const unsigned char *)w + g * ws;                                   \
+            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                    \
+                const char *xc = (const char *)x + c0 * xs;                                                \
+                float *o = out + c0 * os + g * 16;                                                         \
+                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                          \
+                    GROUP_CASE(8, type, PF); GROUP_CASE(7, type, PF); GROUP_CASE(6, type, PF);             \
+                    GROUP_CASE(5, type, PF); GROUP_CASE(4, type, PF); GROUP_CASE(3, type, PF);             \
+                    GROUP_CASE(2, type, PF);                                                               \
+                default: group(type, 1, PF, k, wg, xc, xs, o, os, nr - g * 16); break;                     \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
     }
 
-DEFINE_TILE(packed_q4_k, KILN_TYPE_Q4_K)
-DEFINE_TILE(packed_q6_k, KILN_TYPE_Q6_K)
+DEFINE_TILE(packed_q4_k, KILN_TYPE_Q4_K, 1)
+DEFINE_TILE(packed_q6_k, KILN_TYPE_Q6_K, 1)
+DEFINE_TILE(packed_q4_k_one, KILN_TYPE_Q4_K, 0)
+DEFINE_TILE(packed_q6_k_one, KILN_TYPE_Q6_K, 0)
+
+kiln_mm_fn kiln__cpu_avx512_kquants_variant(kiln_type type, int streams) {
+    if (type == KILN_TYPE_Q4_K) return streams == 1 ? packed_q4_k_one : packed_q4_k;
+    if (type == KILN_TYPE_Q6_K) return streams == 1 ? packed_q6_k_one : packed_q6_k;
+    return NULL;
+}
 
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t) {
-    t->mm_packed[KILN_TYPE_Q4_K] = packed_q4_k;
-    t->mm_packed[KILN_TYPE_Q6_K] = packed_q6_k;
+    int streams = kiln__cpu_decode_streams();
+    t->mm_packed[KILN_TYPE_Q4_K] = kiln__cpu_avx512_kquants_variant(KILN_TYPE_Q4_K, streams);
+    t->mm_packed[KILN_TYPE_Q6_K] = kiln__cpu_avx512_kquants_variant(KILN_TYPE_Q6_K, streams);
 }
 
 #else
 void kiln__cpu_isa_init_avx512_kquants(kiln_cpu_isa *t) { (void)t; }
+kiln_mm_fn kiln__cpu_avx512_kquants_variant(kiln_type type, int streams) {
+    (void)type, (void)streams;
+    return NULL;
+}
 #endif

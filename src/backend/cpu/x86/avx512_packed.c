@@ -63,11 +63,13 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
 
 /* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as S
  * interleaved streams, each into its own accumulator, with software prefetches PREFETCH_BLOCKS blocks
- * ahead in each; the partial sums are added in a fixed order. How many streams feed a thread fastest
- * depends on the memory system: 4 on Sapphire Rapids (more misses in flight), 1 on the AMD EPYC measured
- * (one sequential run, which its hardware prefetcher follows); see kiln__cpu_decode_streams. */
+ * ahead in each when PF is set; the partial sums are added in a fixed order. How many streams feed a
+ * thread fastest depends on the memory system: 4 with prefetches on Sapphire Rapids (more misses in
+ * flight), 1 on the AMD EPYC measured (one sequential run, which its hardware prefetcher follows); see
+ * kiln__cpu_decode_streams. There Q4_0 decoded 3% faster without the software prefetches and Q8_0 9%
+ * faster with them (paired A/B runs of kiln bench, docs/performance.md), so each keeps what measured best. */
 #define PREFETCH_BLOCKS 6
-INLINE void group(int type, int C, int S, int64_t k, const unsigned char *w, const unsigned char *next,
+INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char *w, const unsigned char *next,
                   const char *x, size_t xs, float *out, size_t os) {
     const int64_t nb = k / KILN_Q8_BLOCK;
     if (C == 1) {
@@ -83,7 +85,8 @@ INLINE void group(int type, int C, int S, int64_t k, const unsigned char *w, con
                 int64_t j = i + PREFETCH_BLOCKS;
                 uintptr_t ahead = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * bs)
                                           : (uintptr_t)next + (uintptr_t)((s * seg + j - seg) * bs);
-                for (int64_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
+                for (int64_t o = 0; PF && o < bs; o += 64)
+                    _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
                 block(type, 1, k, w, s * seg + i, x, xs, &acc[s]);
             }
         for (int64_t b = S * seg; b < nb; b++) block(type, 1, k, w, b, x, xs, &acc[0]);
@@ -97,28 +100,28 @@ INLINE void group(int type, int C, int S, int64_t k, const unsigned char *w, con
     for (int c = 0; c < C; c++) _mm512_storeu_ps(out + c * os, acc[c]);
 }
 
-#define DEFINE_PACKED(fn, type, S)                                                                     \
-    KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
-                               int64_t nc, float *out, size_t os) {                                    \
-        for (int64_t g = 0; g < nr / 16; g++) {                                                        \
-            const unsigned char *wg = (const unsigned char *)w + g * ws, *wn = wg + ws;                \
-            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                \
-                const char *xc = (const char *)x + c0 * xs;                                            \
-                float *o = out + c0 * os + g * 16;                                                     \
-                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                      \
-                case 4: group(type, 4, S, k, wg, wn, xc, xs, o, os); break;                            \
-                case 3: group(type, 3, S, k, wg, wn, xc, xs, o, os); break;                            \
-                case 2: group(type, 2, S, k, wg, wn, xc, xs, o, os); break;                            \
-                default: group(type, 1, S, k, wg, wn, xc, xs, o, os); break;                           \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
+#define DEFINE_PACKED(fn, type, S, PF)                                                                         \
+    KILN_AVX512 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,      \
+                               int64_t nc, float *out, size_t os) {                                            \
+        for (int64_t g = 0; g < nr / 16; g++) {                                                                \
+            const unsigned char *wg = (const unsigned char *)w + g * ws, *wn = wg + ws;                        \
+            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                        \
+                const char *xc = (const char *)x + c0 * xs;                                                    \
+                float *o = out + c0 * os + g * 16;                                                             \
+                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {                                              \
+                case 4: group(type, 4, S, PF, k, wg, wn, xc, xs, o, os); break;                                \
+                case 3: group(type, 3, S, PF, k, wg, wn, xc, xs, o, os); break;                                \
+                case 2: group(type, 2, S, PF, k, wg, wn, xc, xs, o, os); break;                                \
+                default: group(type, 1, S, PF, k, wg, wn, xc, xs, o, os); break;                               \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
     }
 
-DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0, 4)
-DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0, 4)
-DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1)
-DEFINE_PACKED(packed_q4_0_one, KILN_TYPE_Q4_0, 1)
+DEFINE_PACKED(packed_q8_0, KILN_TYPE_Q8_0, 4, 1)
+DEFINE_PACKED(packed_q4_0, KILN_TYPE_Q4_0, 4, 1)
+DEFINE_PACKED(packed_q8_0_one, KILN_TYPE_Q8_0, 1, 1)
+DEFINE_PACKED(packed_q4_0_one, KILN_TYPE_Q4_0, 1, 0)
 
 kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams) {
     switch (type) {
@@ -126,6 +129,8 @@ kiln_mm_fn kiln__cpu_avx512_packed_variant(kiln_type type, int streams) {
     case KILN_TYPE_Q4_0: return streams == 1 ? packed_q4_0_one : packed_q4_0;
     case KILN_TYPE_F16:
     case KILN_TYPE_BF16: return kiln__cpu_avx512_half_variant(type, streams);
+    case KILN_TYPE_Q4_K:
+    case KILN_TYPE_Q6_K: return kiln__cpu_avx512_kquants_variant(type, streams);
     default: return NULL;
     }
 }
