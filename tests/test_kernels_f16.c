@@ -85,41 +85,64 @@ static bool near(double got, double want, double tol, const char *what, const ki
     return false;
 }
 
-/* One case: the packed tile over all nr rows, and again one group at a time (as a thread's share starts),
- * which must give the same bits; outputs past nr are never written. */
-static void check_packed(const kiln_cpu_isa *isa, kiln_mm_fn tile, const kiln_cpu_isa *ref, kiln_type type,
-                         int64_t k, int64_t nr, int64_t nc) {
-    static float got[MAXC * 48], split[MAXC * 48], want[MAXC * 48];
-    const size_t os = 48, xs = MAXK * sizeof(float), gs = kiln__repack_group_bytes(type, k);
-    kiln__repack(type, wbits, (size_t)k * 2, k, nr, packed);
-    for (size_t i = 0; i < MAXC * 48; i++) got[i] = split[i] = -7.0f;
-    tile(k, packed, gs, nr, xval, xs, nc, got, os);
+#define OS 48 /* output stride: more than the most rows, so writes past nr show */
+static float got[MAXC * OS], split[MAXC * OS], want[MAXC * OS];
+
+/* The packed tile over all nr rows into got, and again one group at a time into split (as a thread's
+ * share starts); both start as -7 so that outputs written past nr show. */
+static void run_tile(kiln_mm_fn tile, int64_t k, size_t gs, int64_t nr, const void *x, size_t xs, int64_t nc) {
+    for (size_t i = 0; i < MAXC * OS; i++) got[i] = split[i] = -7.0f;
+    tile(k, packed, gs, nr, x, xs, nc, got, OS);
     for (int64_t g = 0; g * 16 < nr; g++)
-        tile(k, packed + g * gs, gs, KILN__MIN(16, nr - g * 16), xval, xs, nc, split + g * 16, os);
-    ref->mm[type](k, wbits, (size_t)k * 2, nr, xval, xs, nc, want, os);
-    const double n_ref = (double)k, n_packed = (double)k / 2 + 16;
+        tile(k, packed + g * gs, gs, KILN__MIN(16, nr - g * 16), x, xs, nc, split + g * 16, OS);
+}
+
+/* got against the double-precision dot of the exact inputs and against want (the reference), each within
+ * its bound times sum|w x| (times `grow`, the rounded inputs' growth of that sum); got equal to split bit
+ * for bit; nothing written past nr. */
+typedef struct bounds {
+    double tile, ref, both, grow; /* tile vs exact, reference vs exact, tile vs reference */
+} bounds;
+
+static void check_outputs(const char *what, const kiln_cpu_isa *isa, kiln_type type, int64_t k, int64_t nr,
+                          int64_t nc, bounds b) {
+    char label[3][64];
+    snprintf(label[0], sizeof label[0], "%s vs exact", what);
+    snprintf(label[1], sizeof label[1], "%s reference vs exact", what);
+    snprintf(label[2], sizeof label[2], "%s vs its reference", what);
     for (int64_t c = 0; c < nc; c++) {
-        for (int64_t r = nr; r < (int64_t)os; r++) CHECK(got[c * os + r] == -7.0f && split[c * os + r] == -7.0f);
+        for (int64_t r = nr; r < OS; r++) CHECK(got[c * OS + r] == -7.0f && split[c * OS + r] == -7.0f);
         for (int64_t r = 0; r < nr; r++) {
             double exact = 0, mag = 0;
             for (int64_t i = 0; i < k; i++) {
                 exact += (double)wval[r * k + i] * xval[c * MAXK + i];
                 mag += fabs((double)wval[r * k + i] * xval[c * MAXK + i]);
             }
-            float g = got[c * os + r];
-            if (!near(g, exact, n_packed * U * mag, "packed vs exact", isa, type, k, nr, nc, r, c) ||
-                !near(want[c * os + r], exact, n_ref * U * mag, "reference vs exact", isa, type, k, nr, nc, r, c) ||
-                !near(g, want[c * os + r], (n_ref + n_packed) * U * mag, "packed vs reference", isa, type, k, nr,
-                      nc, r, c))
+            mag *= b.grow;
+            float g = got[c * OS + r];
+            if (!near(g, exact, b.tile * mag, label[0], isa, type, k, nr, nc, r, c) ||
+                !near(want[c * OS + r], exact, b.ref * mag, label[1], isa, type, k, nr, nc, r, c) ||
+                !near(g, want[c * OS + r], b.both * mag, label[2], isa, type, k, nr, nc, r, c))
                 return;
-            if (memcmp(&g, &split[c * os + r], sizeof g) != 0) {
-                harness_fail(__FILE__, __LINE__, "%s %s k=%lld nc=%lld (%lld,%lld): %.9g whole, %.9g by group",
-                             kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k, (long long)nc,
-                             (long long)r, (long long)c, g, split[c * os + r]);
+            if (memcmp(&g, &split[c * OS + r], sizeof g) != 0) {
+                harness_fail(__FILE__, __LINE__, "%s %s %s k=%lld nc=%lld (%lld,%lld): %.9g whole, %.9g by group",
+                             what, kiln__cpu_level_name(isa->level), kiln__type_name(type), (long long)k,
+                             (long long)nc, (long long)r, (long long)c, g, split[c * OS + r]);
                 return;
             }
         }
     }
+}
+
+/* One case of a float tile against the reference tile on the unpacked rows. */
+static void check_packed(const kiln_cpu_isa *isa, kiln_mm_fn tile, const kiln_cpu_isa *ref, kiln_type type,
+                         int64_t k, int64_t nr, int64_t nc) {
+    const size_t xs = MAXK * sizeof(float), gs = kiln__repack_group_bytes(type, k);
+    kiln__repack(type, wbits, (size_t)k * 2, k, nr, packed);
+    run_tile(tile, k, gs, nr, xval, xs, nc);
+    ref->mm[type](k, wbits, (size_t)k * 2, nr, xval, xs, nc, want, OS);
+    const double n_ref = (double)k, n_packed = (double)k / 2 + 16;
+    check_outputs("packed", isa, type, k, nr, nc, (bounds){n_packed * U, n_ref * U, (n_ref + n_packed) * U, 1});
 }
 
 static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(void) {
@@ -160,7 +183,7 @@ static bool is_nan16(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f) !
 
 static void activation_rows_round_to_bf16_like_the_reference_at_every_level(void) {
     static float v[77];
-    static uint16_t got[78];
+    static uint16_t bits[78];
     const uint32_t special[] = {0x00000001u, 0x80400000u, 0x007fffffu, 0x00800000u, 0x7f7fffffu, 0xff7fffffu,
                                 0x7f800000u, 0x7fc00001u, 0xff800001u, 0x3f808000u, 0x3f818000u, 0x3f807fffu};
     int levels = 0;
@@ -173,15 +196,15 @@ static void activation_rows_round_to_bf16_like_the_reference_at_every_level(void
             for (int64_t i = 0; i < n; i++) v[i] = test_rand(&st) * 1000.0f;
             for (size_t i = 0; i < KILN__ARRAY_LEN(special) && (int64_t)i < n; i++)
                 memcpy(&v[i * 5 % n], &special[i], 4);
-            memset(got, 0xcd, sizeof got);
-            isa->f32_to_bf16(v, got, n);
+            memset(bits, 0xcd, sizeof bits);
+            isa->f32_to_bf16(v, bits, n);
             for (int64_t i = 0; i < n; i++) {
-                uint16_t want = kiln__bf16_round(v[i]);
-                if (is_nan16(want) ? !is_nan16(got[i]) : got[i] != want)
+                uint16_t expect = kiln__bf16_round(v[i]);
+                if (is_nan16(expect) ? !is_nan16(bits[i]) : bits[i] != expect)
                     harness_fail(__FILE__, __LINE__, "%s n=%lld [%lld]: %.9g -> 0x%04x, want 0x%04x",
-                                 kiln__cpu_level_name(isa->level), (long long)n, (long long)i, v[i], got[i], want);
+                                 kiln__cpu_level_name(isa->level), (long long)n, (long long)i, v[i], bits[i], expect);
             }
-            CHECK(got[n] == 0xcdcd); /* nothing past n */
+            CHECK(bits[n] == 0xcdcd); /* nothing past n */
         }
     }
     CHECK_EQ_INT(kiln__bf16_round(-0x1p-140f), 0x8000); /* a subnormal goes to zero, keeping its sign */
@@ -189,42 +212,15 @@ static void activation_rows_round_to_bf16_like_the_reference_at_every_level(void
 }
 
 static void check_bf16(const kiln_cpu_isa *isa, kiln_type type, int64_t k, int64_t nr, int64_t nc) {
-    static float got[MAXC * 48], split[MAXC * 48], want[MAXC * 48];
     static uint16_t xb[MAXC * XS16 / 2];
-    const size_t os = 48, gs = kiln__repack_group_bytes(type, k);
-    kiln_mm_fn tile = isa->mm_packed_bf16[type], ref = kiln__mm_bf16_ref(type);
+    const size_t gs = kiln__repack_group_bytes(type, k);
     kiln__repack(type, wbits, (size_t)k * 2, k, nr, packed);
     for (int64_t c = 0; c < nc; c++) isa->f32_to_bf16(xval + c * MAXK, xb + c * XS16 / 2, k);
-    for (size_t i = 0; i < MAXC * 48; i++) got[i] = split[i] = -7.0f;
-    tile(k, packed, gs, nr, xb, XS16, nc, got, os);
-    for (int64_t g = 0; g * 16 < nr; g++)
-        tile(k, packed + g * gs, gs, KILN__MIN(16, nr - g * 16), xb, XS16, nc, split + g * 16, os);
-    ref(k, wbits, (size_t)k * 2, nr, xb, XS16, nc, want, os);
+    run_tile(isa->mm_packed_bf16[type], k, gs, nr, xb, XS16, nc);
+    kiln__mm_bf16_ref(type)(k, wbits, (size_t)k * 2, nr, xb, XS16, nc, want, OS);
     const double product = type == KILN_TYPE_BF16 ? 0x1p-8 : BF16_PRODUCT;
-    for (int64_t c = 0; c < nc; c++) {
-        for (int64_t r = nr; r < (int64_t)os; r++) CHECK(got[c * os + r] == -7.0f && split[c * os + r] == -7.0f);
-        for (int64_t r = 0; r < nr; r++) {
-            double exact = 0, mag = 0;
-            for (int64_t i = 0; i < k; i++) {
-                exact += (double)wval[r * k + i] * xval[c * MAXK + i];
-                mag += fabs((double)wval[r * k + i] * xval[c * MAXK + i]);
-            }
-            double rounded_mag = mag * (1 + product); /* sum|w x| of the rounded values */
-            float g = got[c * os + r];
-            if (!near(g, exact, (product + k * U) * rounded_mag, "bf16 tile vs exact", isa, type, k, nr, nc, r, c) ||
-                !near(want[c * os + r], exact, (product + k * U) * rounded_mag, "bf16 reference vs exact", isa, type,
-                      k, nr, nc, r, c) ||
-                !near(g, want[c * os + r], 2 * k * U * rounded_mag, "bf16 tile vs its reference", isa, type, k, nr,
-                      nc, r, c))
-                return;
-            if (memcmp(&g, &split[c * os + r], sizeof g) != 0) {
-                harness_fail(__FILE__, __LINE__, "bf16 %s k=%lld nc=%lld (%lld,%lld): %.9g whole, %.9g by group",
-                             kiln__type_name(type), (long long)k, (long long)nc, (long long)r, (long long)c, g,
-                             split[c * os + r]);
-                return;
-            }
-        }
-    }
+    check_outputs("bf16 tile", isa, type, k, nr, nc,
+                  (bounds){product + k * U, product + k * U, 2 * k * U, 1 + product});
 }
 
 static void bf16_tiles_match_their_reference_and_the_exact_product_within_bf16_rounding(void) {
@@ -251,10 +247,9 @@ static void bf16_tiles_match_their_reference_and_the_exact_product_within_bf16_r
     if (!checked) { /* the reference itself, against the exact product, so the bound is exercised anywhere */
         make_inputs(KILN_TYPE_F16, 96, 5, 3, 5);
         static uint16_t xb[3 * XS16 / 2];
-        static float want[3 * 5];
         const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
         for (int c = 0; c < 3; c++) ref->f32_to_bf16(xval + c * MAXK, xb + c * XS16 / 2, 96);
-        kiln__mm_bf16_ref(KILN_TYPE_F16)(96, wbits, 96 * 2, 5, xb, XS16, 3, want, 5);
+        kiln__mm_bf16_ref(KILN_TYPE_F16)(96, wbits, 96 * 2, 5, xb, XS16, 3, want, OS);
         for (int c = 0; c < 3; c++)
             for (int r = 0; r < 5; r++) {
                 double exact = 0, mag = 0;
@@ -262,7 +257,7 @@ static void bf16_tiles_match_their_reference_and_the_exact_product_within_bf16_r
                     exact += (double)wval[r * 96 + i] * xval[c * MAXK + i];
                     mag += fabs((double)wval[r * 96 + i] * xval[c * MAXK + i]);
                 }
-                CHECK_NEAR(want[c * 5 + r], exact, (BF16_PRODUCT + 96 * U) * mag * (1 + BF16_PRODUCT));
+                CHECK_NEAR(want[c * OS + r], exact, (BF16_PRODUCT + 96 * U) * mag * (1 + BF16_PRODUCT));
             }
     }
 }
