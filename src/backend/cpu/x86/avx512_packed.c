@@ -70,7 +70,7 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
  * faster with them (paired A/B runs of kiln bench, docs/performance.md), so each keeps what measured best.
  * Q8_0's one stream also prefetches into L2 L2_PREFETCH_BLOCKS (13 KB) ahead: its stream moves twice the
  * bytes per instruction of Q4_0's, and the hardware prefetcher alone kept it at 64% of the probe's
- * bandwidth (paired A/B on the EPYC: +6% median, faster in 14 of 20 runs). */
+ * bandwidth (paired A/B on the EPYC, two sets: +6% and +9% medians, faster in 14 of 20 runs). */
 #define PREFETCH_BLOCKS 6
 #define L2_PREFETCH_BLOCKS 24
 INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char *w, const unsigned char *next,
