@@ -62,15 +62,16 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
 }
 
 /* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as S
- * interleaved streams, each into its own accumulator, with software prefetches PREFETCH_BLOCKS blocks
- * ahead in each when PF is set; the partial sums are added in a fixed order. How many streams feed a
- * thread fastest depends on the memory system: 4 with prefetches on Sapphire Rapids (more misses in
- * flight), 1 on the AMD EPYC measured (one sequential run, which its hardware prefetcher follows); see
- * kiln__cpu_decode_streams. There Q4_0 decoded 3% faster without the software prefetches and Q8_0 9%
- * faster with them (paired A/B runs of kiln bench, docs/performance.md), so each keeps what measured best.
- * Q8_0's one stream also prefetches into L2 L2_PREFETCH_BLOCKS (13 KB) ahead: its stream moves twice the
- * bytes per instruction of Q4_0's, and the hardware prefetcher alone kept it at 64% of the probe's
- * bandwidth (paired A/B on the EPYC, two sets: +6% and +9% medians, faster in 14 of 20 runs). */
+ * interleaved streams, each into its own accumulator; the partial sums are added in a fixed order. How
+ * many streams feed a thread fastest depends on the memory system: 4 on Sapphire Rapids (more misses in
+ * flight), each prefetching into L1 PREFETCH_BLOCKS blocks ahead when PF is set; 1 on the AMD EPYC
+ * measured (one sequential run, which its hardware prefetcher follows); see kiln__cpu_decode_streams.
+ * There Q4_0 decodes fastest without software prefetches, and Q8_0, whose
+ * stream moves twice the bytes per instruction, with prefetches into L2 only (prefetcht1),
+ * L2_PREFETCH_BLOCKS (13 KB) ahead. Paired A/B runs of kiln bench on the EPYC (docs/performance.md): the
+ * L2 prefetches on top of L1 ones 6 blocks ahead, +6% and +9% (medians); then dropping the L1 ones, +12%
+ * (faster in 9 of 10); without any prefetch, 0.86x; 12 or 48 blocks instead of 24, 0.99x and 0.96x. The
+ * same L2 prefetch made the Q4_0, F16 and K-quant one-stream tiles 3-7% slower, so they have none. */
 #define PREFETCH_BLOCKS 6
 #define L2_PREFETCH_BLOCKS 24
 INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char *w, const unsigned char *next,
@@ -89,7 +90,7 @@ INLINE void group(int type, int C, int S, int PF, int64_t k, const unsigned char
                 int64_t j = i + PREFETCH_BLOCKS;
                 uintptr_t ahead = j < seg ? (uintptr_t)w + (uintptr_t)((s * seg + j) * bs)
                                           : (uintptr_t)next + (uintptr_t)((s * seg + j - seg) * bs);
-                for (int64_t o = 0; PF && o < bs; o += 64)
+                for (int64_t o = 0; PF && S > 1 && o < bs; o += 64)
                     _mm_prefetch((const char *)(ahead + (uintptr_t)o), _MM_HINT_T0);
                 const uintptr_t far = ahead + (uintptr_t)((L2_PREFETCH_BLOCKS - PREFETCH_BLOCKS) * bs);
                 for (int64_t o = 0; PF && S == 1 && o < bs; o += 64)
