@@ -13,8 +13,12 @@ By default, for every model and every repetition it runs `kiln bench -r 1 -o jso
 favours neither). prompt processing = P random tokens decoded as one batch into an empty cache, generation
 = N tokens decoded one at a time. It prints, per model and test, the median tokens/s of both engines with
 their spread (min-max over the R runs), the ratio of the medians and the range of the per-repetition
-ratios, the decode bandwidth and its share of the best read bandwidth kiln bench's probe found (it probes
-on the first repetition of every model), and the 1-minute load average seen at the runs. The header names
+ratios, the decode bandwidth of both engines as a share of the read bandwidth kiln bench's probe found in
+the same repetition (median of the per-run shares), and the 1-minute load average seen at the runs. The
+probe runs on every repetition (about 2 s), right before Kiln's runs: on a shared host the memory bandwidth
+can move by half within a minute, so a share against one probe at the start says more about the drift
+than about the engine. llama.cpp's decode bandwidth is its tokens/s times the bytes Kiln reads per token
+(the same file's weights). The header names
 the CPU (/proc/cpuinfo's model name), the llama-bench build and the load average at the start. R defaults
 to 7; a ratio on a noisy machine needs that many. llama-bench is built from the llama.cpp sources vendored
 in llama-cpp-python (bench/README.md); --llama-bench PATH or $LLAMA_BENCH names it.
@@ -184,28 +188,34 @@ def field(a):
     print(f"llama.cpp: llama-bench {version[len('version:'):].strip()} ({exe})")
     print(f"{a.t} threads; {a.r} alternating runs per model; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
-    rows, bandwidth, how = [], 0.0, ""
+    rows, probes, hows = [], [], []
     for model in a.models:
         got = {"pp": ([], []), "tg": ([], [])}  # test -> (kiln runs, llama.cpp runs), paired by repetition
-        decode, loads = [], []
+        decode, kshare, lshare, loads = [], [], [], []
         for rep in range(a.r):
             order = ("kiln", "llama") if rep % 2 == 0 else ("llama", "kiln")
             res = {}
             for engine in order:
                 loads.append(load1())
                 if engine == "kiln":
-                    res[engine] = kiln_once(a.kiln, model, a.p, a.n, a.t, a.cpu, rep == 0)
+                    res[engine] = kiln_once(a.kiln, model, a.p, a.n, a.t, a.cpu, a.n > 0)
                 else:
                     res[engine] = llama_bench_once(a, model)
             k, l = res["kiln"], res["llama"]
-            if k.get("read_bandwidth_gbs", 0) > bandwidth:
-                bandwidth, how = k["read_bandwidth_gbs"], k.get("read_bandwidth_pattern", "")
+            probe = k.get("read_bandwidth_gbs", 0)
+            if probe:
+                probes.append(probe)
+                hows.append(k.get("read_bandwidth_pattern", ""))
             for test in ("pp", "tg"):
                 if test in k and test in l:
                     got[test][0].append(k[test]["mean"])
                     got[test][1].append(l[test])
             if "tg" in k:
                 decode.append(k["tg"]["decode_gbs"])
+                if probe:
+                    kshare.append(k["tg"]["decode_gbs"] / probe)
+                    if "tg" in l:
+                        lshare.append(l["tg"] * k["bytes_per_token"] / 1e9 / probe)
             print(f"  {model} rep {rep + 1} ({'/'.join(order)}, load {loads[-1]:.2f}): kiln "
                   f"{k.get('pp', {}).get('mean', 0):.1f} / {k.get('tg', {}).get('mean', 0):.2f}  llama.cpp "
                   f"{l.get('pp', 0):.1f} / {l.get('tg', 0):.2f}", file=sys.stderr)
@@ -214,17 +224,26 @@ def field(a):
             if not ks:
                 continue
             ratios = [x / y for x, y in zip(ks, ls)]
-            gbs = statistics.median(decode) if test == "tg" and decode else 0
+            dec = lsh = ""
+            if test == "tg" and decode:
+                dec = f"{statistics.median(decode):.1f}"
+                if kshare:
+                    dec += f" ({100 * statistics.median(kshare):.0f}%, {100 * min(kshare):.0f}-{100 * max(kshare):.0f})"
+                if lshare:
+                    lsh = f"{100 * statistics.median(lshare):.0f}% ({100 * min(lshare):.0f}-{100 * max(lshare):.0f})"
             rows.append((model.split("/")[-1], f"{test}{n}", spread(ks), spread(ls),
-                         statistics.median(ks) / statistics.median(ls), min(ratios), max(ratios), gbs,
+                         statistics.median(ks) / statistics.median(ls), min(ratios), max(ratios), dec, lsh,
                          f"{min(loads):.2f}-{max(loads):.2f}"))
-    print(f"read bandwidth found by kiln bench's probe: {bandwidth:.1f} GB/s ({how})\n")
+    if probes:
+        common = max(set(hows), key=hows.count)
+        print(f"read bandwidth found by kiln bench's probe, per repetition: median {statistics.median(probes):.1f} "
+              f"GB/s ({min(probes):.1f}-{max(probes):.1f}); most often best: {common}\n")
     print("| model | test | kiln t/s median (min-max) | llama.cpp t/s median (min-max) | kiln / llama.cpp "
-          "(per-run range) | kiln decode GB/s (share of probe) | load avg |")
-    print("|---|---|---|---|---|---|---|")
-    for m, name, ks, ls, ratio, rlo, rhi, gbs, loads in rows:
-        dec = f"{gbs:.1f} ({100 * gbs / bandwidth:.0f}%)" if gbs and bandwidth else ""
-        print(f"| {m} | {name} | {ks} | {ls} | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) | {dec} | {loads} |")
+          "(per-run range) | kiln decode GB/s (share of the run's probe, range) | llama.cpp share of the run's "
+          "probe (range) | load avg |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m, name, ks, ls, ratio, rlo, rhi, dec, lsh, loads in rows:
+        print(f"| {m} | {name} | {ks} | {ls} | {ratio:.2f} ({rlo:.2f}-{rhi:.2f}) | {dec} | {lsh} | {loads} |")
 
 
 def stats(xs):
