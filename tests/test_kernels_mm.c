@@ -285,41 +285,45 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
     printf("  (%d packed cases)\n", checked);
 }
 
-/* The AVX-512 one-stream decode tile (AMD) reads a Q8_0 group that starts on a 64-byte boundary two blocks at
- * a time with aligned loads; a group that does not (odd block counts leave every other group 32 bytes off)
- * takes the block-at-a-time loop. Either way one column's result is the bits that column gets in a wider
- * tile, which walks the same blocks in the same order. */
-static void one_stream_q8_0_decode_equals_the_wide_tile_bit_for_bit(void) {
+/* The AVX-512 one-stream decode tiles (AMD) give one column the bits that column gets in a wider tile, which
+ * walks the same blocks in the same order. The Q8_0 tile reads a group that starts on a 64-byte boundary two
+ * blocks at a time with aligned loads, and a group that does not (odd block counts leave every other group
+ * 32 bytes off) block by block; Q4_0 reads block by block. */
+static void one_stream_decode_equals_the_wide_tile_bit_for_bit(void) {
     static unsigned char packed[48 * 34 * (MAXK / 32)] __attribute__((aligned(64))), xq2[2 * 2624];
     static float xs_f[2 * MAXK], one[48], two[2 * 48];
     static const int64_t ks[] = {32, 64, 96, 1056, 2048, 2080};
-    kiln_mm_fn tile;
+    static const kiln_type types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0};
     int checked = 0;
     if (!kiln__cpu_level_supported(KILN_CPU_AVX512)) {
         printf("  (no AVX-512 here: skipped)\n");
         return;
     }
-    tile = kiln__cpu_avx512_packed_variant(KILN_TYPE_Q8_0, 1);
-    CHECK(tile != NULL);
-    for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++) {
-        int64_t k = ks[i], nr = 48;
-        size_t rb, xs = kiln__q8_row_bytes(k), gs = kiln__repack_group_bytes(KILN_TYPE_Q8_0, k);
-        uint64_t st = 977 + i;
-        kiln_type_row_bytes(KILN_TYPE_Q8_0, k, &rb);
-        for (size_t j = 0; j < rb * (size_t)nr; j++) wraw[j] = (unsigned char)(test_rand(&st) * 127.5f + 128);
-        for (int64_t r = 0; r < nr * k / 32; r++) {
-            uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
-            memcpy(wraw + r * 34, &d, 2);
+    for (size_t t = 0; t < KILN__ARRAY_LEN(types); t++) {
+        kiln_type type = types[t];
+        kiln_mm_fn tile = kiln__cpu_avx512_packed_variant(type, 1);
+        size_t bb = kiln__type_traits(type)->block_bytes;
+        CHECK(tile != NULL);
+        for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++) {
+            int64_t k = ks[i], nr = 48;
+            size_t rb, xs = kiln__q8_row_bytes(k), gs = kiln__repack_group_bytes(type, k);
+            uint64_t st = 977 + 13 * t + i;
+            kiln_type_row_bytes(type, k, &rb);
+            for (size_t j = 0; j < rb * (size_t)nr; j++) wraw[j] = (unsigned char)(test_rand(&st) * 127.5f + 128);
+            for (int64_t r = 0; r < nr * k / 32; r++) {
+                uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
+                memcpy(wraw + r * (int64_t)bb, &d, 2);
+            }
+            kiln__repack(type, wraw, rb, k, nr, packed);
+            fill_random(xs_f, 2 * MAXK, st);
+            for (int c = 0; c < 2; c++) kiln__cpu_isa_for(KILN_CPU_REF)->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
+            tile(k, packed, gs, nr, xq2, xs, 1, one, 48);
+            tile(k, packed, gs, nr, xq2, xs, 2, two, 48);
+            CHECK(memcmp(one, two, sizeof one) == 0);
+            checked++;
         }
-        kiln__repack(KILN_TYPE_Q8_0, wraw, rb, k, nr, packed);
-        fill_random(xs_f, 2 * MAXK, st);
-        for (int c = 0; c < 2; c++) kiln__cpu_isa_for(KILN_CPU_REF)->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
-        tile(k, packed, gs, nr, xq2, xs, 1, one, 48);
-        tile(k, packed, gs, nr, xq2, xs, 2, two, 48);
-        CHECK(memcmp(one, two, sizeof one) == 0);
-        checked++;
     }
-    printf("  (%d block counts)\n", checked);
+    printf("  (%d type and block-count cases)\n", checked);
 }
 
 int main(void) {
@@ -329,6 +333,6 @@ int main(void) {
     RUN(every_level_gives_defined_quants_for_infinite_and_nan_activations);
     RUN(every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes);
     RUN(packed_tiles_match_the_reference_on_repacked_weights);
-    RUN(one_stream_q8_0_decode_equals_the_wide_tile_bit_for_bit);
+    RUN(one_stream_decode_equals_the_wide_tile_bit_for_bit);
     return harness_finish();
 }
