@@ -27,6 +27,14 @@ INLINE __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
+/* The end of block b for one column (q8 row xr): the integer dot isum less the weights' bias (bias times the
+ * row's block sum), scaled by the 16 row scales wd and the column's block scale, added into acc. */
+INLINE __m512 block_end(int bias, __m512i isum, __m512 wd, const char *xr, int64_t k, int64_t b, __m512 acc) {
+    __m512i corr = _mm512_set1_epi32(bias * kiln__q8_row_s(xr, k)[b]);
+    __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(kiln__q8_row_d(xr, k)[b]));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, corr)), scale, acc);
+}
+
 /* Block b of one group times C columns, accumulated into acc. */
 INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b, const char *x, size_t xs,
                   __m512 *acc) {
@@ -53,12 +61,7 @@ INLINE void block(int type, int C, int64_t k, const unsigned char *w, int64_t b,
             }
         }
     }
-    for (int c = 0; c < C; c++) {
-        const char *xr = x + c * xs;
-        __m512i corr = _mm512_set1_epi32(bias * kiln__q8_row_s(xr, k)[b]);
-        __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(kiln__q8_row_d(xr, k)[b]));
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[c], corr)), scale, acc[c]);
-    }
+    for (int c = 0; c < C; c++) acc[c] = block_end(bias, isum[c], wd, x + c * xs, k, b, acc[c]);
 }
 
 /* Q8_0 blocks b and b + 1 of one group times one column, bit for bit as two calls of block(), when block b
@@ -71,17 +74,11 @@ INLINE void pair_q8_0(int64_t k, const unsigned char *w, int64_t b, const char *
     for (int i = 0; i < 17; i++) line[i] = _mm512_load_si512((const void *)(l + i));
     __m512i isum = _mm512_setzero_si512();
     for (int j = 0; j < 8; j++) isum = _mm512_dpbusd_epi32(isum, line[j], bcast4(xb + 4 * j));
-    __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(line[8]));
-    __m512i corr = _mm512_set1_epi32(128 * kiln__q8_row_s(x, k)[b]);
-    __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(kiln__q8_row_d(x, k)[b]));
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, corr)), scale, *acc);
+    *acc = block_end(128, isum, _mm512_cvtph_ps(_mm512_castsi512_si256(line[8])), x, k, b, *acc);
     isum = _mm512_setzero_si512();
     for (int j = 0; j < 8; j++)
         isum = _mm512_dpbusd_epi32(isum, _mm512_alignr_epi64(line[9 + j], line[8 + j], 4), bcast4(xb + 32 + 4 * j));
-    wd = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(line[16], 1));
-    corr = _mm512_set1_epi32(128 * kiln__q8_row_s(x, k)[b + 1]);
-    scale = _mm512_mul_ps(wd, _mm512_set1_ps(kiln__q8_row_d(x, k)[b + 1]));
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, corr)), scale, *acc);
+    *acc = block_end(128, isum, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(line[16], 1)), x, k, b + 1, *acc);
 }
 
 /* One group of 16 rows times C columns. A single column (decode) walks the group's blocks as S
