@@ -35,6 +35,16 @@ static void fill_random(float *x, size_t n, uint64_t seed) {
 static float wf[MAXR * MAXK], xf[MAXC * MAXK];
 static unsigned char wraw[48 * MAXK * 2], xq[MAXC * 2048];
 
+/* Random quants with sane (small, positive) block scales in one row of rb bytes of a q8-multiplied type. */
+static void random_quant_row(kiln_type type, unsigned char *row, size_t rb, uint64_t *st) {
+    size_t bb = kiln__type_traits(type)->block_bytes;
+    for (size_t i = 0; i < rb; i++) row[i] = (unsigned char)(test_rand(st) * 127.5f + 128);
+    for (size_t b = 0; b < rb / bb; b++) {
+        uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(st)));
+        memcpy(row + b * bb, &d, 2);
+    }
+}
+
 /* Random weights of a type, row by row; returns the row stride in bytes. */
 static size_t make_rows(kiln_type type, int64_t k, int64_t nr, uint64_t seed) {
     size_t rb;
@@ -48,14 +58,7 @@ static size_t make_rows(kiln_type type, int64_t k, int64_t nr, uint64_t seed) {
             ((uint16_t *)row)[i] = kiln_fp32_to_fp16(wf[r * MAXK + i]);
         for (int64_t i = 0; type == KILN_TYPE_BF16 && i < k; i++)
             ((uint16_t *)row)[i] = kiln_fp32_to_bf16(wf[r * MAXK + i]);
-        if (kiln__mm_wants_q8(type)) {
-            size_t bb = kiln__type_traits(type)->block_bytes;
-            for (size_t i = 0; i < rb; i++) row[i] = (unsigned char)(test_rand(&st) * 127.5f + 128);
-            for (size_t b = 0; b < rb / bb; b++) {
-                uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
-                memcpy(row + b * bb, &d, 2);
-            }
-        }
+        if (kiln__mm_wants_q8(type)) random_quant_row(type, row, rb, &st);
         kiln_dequantize(type, row, wf + r * MAXK, k); /* what the row means, for the error bound */
     }
     return rb;
@@ -242,11 +245,7 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
                     size_t rb, xs = kiln__q8_row_bytes(k), gs = kiln__repack_group_bytes(type, k);
                     uint64_t st = 31 * (uint64_t)l + 7 * i + (uint64_t)t;
                     kiln_type_row_bytes(type, k, &rb);
-                    for (size_t j = 0; j < rb * (size_t)nr; j++) wraw[j] = (unsigned char)(test_rand(&st) * 127.5f + 128);
-                    for (int64_t r = 0; r < nr * k / 32; r++) { /* sane scales */
-                        uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
-                        memcpy(wraw + r * (int64_t)kiln__type_traits(type)->block_bytes, &d, 2);
-                    }
+                    for (int64_t r = 0; r < nr; r++) random_quant_row(type, wraw + r * rb, rb, &st);
                     CHECK(kiln__repack_supported(type, k, nr));
                     kiln__repack(type, wraw, rb, k, nr, packed);
                     fill_random(xs_f, 40 * MAXK, st);
@@ -302,18 +301,13 @@ static void one_stream_decode_equals_the_wide_tile_bit_for_bit(void) {
     for (size_t t = 0; t < KILN__ARRAY_LEN(types); t++) {
         kiln_type type = types[t];
         kiln_mm_fn tile = kiln__cpu_avx512_packed_variant(type, 1);
-        size_t bb = kiln__type_traits(type)->block_bytes;
         CHECK(tile != NULL);
         for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++) {
             int64_t k = ks[i], nr = 48;
             size_t rb, xs = kiln__q8_row_bytes(k), gs = kiln__repack_group_bytes(type, k);
             uint64_t st = 977 + 13 * t + i;
             kiln_type_row_bytes(type, k, &rb);
-            for (size_t j = 0; j < rb * (size_t)nr; j++) wraw[j] = (unsigned char)(test_rand(&st) * 127.5f + 128);
-            for (int64_t r = 0; r < nr * k / 32; r++) {
-                uint16_t d = kiln_fp32_to_fp16(0.002f + 0.02f * fabsf(test_rand(&st)));
-                memcpy(wraw + r * (int64_t)bb, &d, 2);
-            }
+            for (int64_t r = 0; r < nr; r++) random_quant_row(type, wraw + r * rb, rb, &st);
             kiln__repack(type, wraw, rb, k, nr, packed);
             fill_random(xs_f, 2 * MAXK, st);
             for (int c = 0; c < 2; c++) kiln__cpu_isa_for(KILN_CPU_REF)->quantize_q8(xs_f + c * MAXK, xq2 + c * xs, k);
