@@ -19,8 +19,11 @@
  * float steps; exp/tanh may differ in the last bits), norms, softmax and F32/F16 matmul 1e-5 (shared-memory
  * tree sums instead of left-to-right), Q8_0/Q4_0/Q4_K/Q6_K matmul 1e-4 (the same int8 activations and
  * exact integer dots, but one of them may round an activation the other way where x * (1/d) lands within
- * an ulp of .5, and the per-block float terms are summed in another order), rope 1e-5 (the device's pow, sin and
- * cos of angles up to 511 radians), attention over F16/Q8_0 rows 1e-5 (the same dequantized floats as
+ * an ulp of .5, and the per-block float terms are summed in another order), rope 2e-6 (the angle is the CPU's to
+ * the bit: the frequencies come from the host, products are correctly rounded in Vulkan and the factor's
+ * division is rounded correctly with a fused fma; sin and cos are rope.comp's own, within a few ulps, so an
+ * output differs by at most ~2.4e-7 per term and two roundings: 1e-6, doubled; the driver's pow, sin and
+ * cos would not do: one ulp of an angle of 511 radians is 3e-5), attention over F16/Q8_0 rows 1e-5 (the same dequantized floats as
  * the CPU's, summed in another order). Measured on lavapipe: at most 4.7e-7 (printed per case). Where
  * the CPU multiplies F16 prefill in bf16 (AVX512-BF16), that case's tolerance is 1e-2 (device_tolerance).
  */
@@ -200,7 +203,14 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
                               1.0f);
     }
     case KILN_OP_CAST: return kiln__cast(g, leaf(g, d, 0, c->wtype, dims(c->a), c->a, in));
-    case KILN_OP_CACHE_WRITE: { /* a = x [W, T] written to cells (3t + 1) % C of a cache [W, C]; row 1 padding */
+    case KILN_OP_CACHE_WRITE: { /* a = x [W, T] written to cells (3t + 1) % C of a cache [W, C]; row 1 padding.
+                                 * The cells must be distinct, as a batch's are (kiln__cache_write): a device
+                                 * writes rows in parallel, so two rows for one cell would race (with C = 9,
+                                 * the odd-rows case once wrote cells 1 and 7 twice, and NVIDIA's order differed
+                                 * from the CPU's). */
+        for (int64_t t = 0; t < c->a[1]; t++)
+            for (int64_t u = 0; u < t; u++)
+                if (t != 1 && u != 1 && (3 * t + 1) % c->b[1] == (3 * u + 1) % c->b[1]) return NULL;
         int64_t cne[2] = {c->a[0], c->b[1]}, T = c->a[1];
         a = leaf(g, d, 0, KILN_TYPE_F32, 2, c->a, in);
         b = leaf(g, d, 1, c->wtype, 2, cne, KILN_TENSOR_CACHE);
@@ -337,6 +347,25 @@ static const bo_case cases[] = {
     {"matmul q4_k batched", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {256, 6, 2, 1}, {256, 3, 4, 1}, 0, 1e-4f},
     {"matmul q6_k", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {768, 11, 1, 1}, {768, 5, 1, 1}, 0, 1e-4f},
     {"matmul q6_k decode", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {256, 70, 1, 1}, {256, 1, 1, 1}, 0, 1e-4f},
+    /* mul_mv.comp: one column (decode) and small batches up to its 8 columns per workgroup; rows not a
+     * multiple of its 2 per workgroup, F16 rows of odd length (words straddling rows). */
+    {"matmul f32 decode", KILN_OP_MATMUL, KILN_TYPE_F32, {130, 31, 1, 1}, {130, 1, 1, 1}, 0, 1e-5f},
+    {"matmul f16 decode", KILN_OP_MATMUL, KILN_TYPE_F16, {200, 65, 1, 1}, {200, 1, 1, 1}, 0, 1e-5f},
+    {"matmul f16 odd K batch 3", KILN_OP_MATMUL, KILN_TYPE_F16, {77, 9, 1, 1}, {77, 3, 1, 1}, 0, 1e-5f},
+    {"matmul q8_0 decode", KILN_OP_MATMUL, KILN_TYPE_Q8_0, {512, 33, 1, 1}, {512, 1, 1, 1}, 0, 1e-4f},
+    {"matmul q4_0 decode", KILN_OP_MATMUL, KILN_TYPE_Q4_0, {2560, 7, 1, 1}, {2560, 1, 1, 1}, 0, 1e-4f},
+    {"matmul q4_k decode", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {512, 37, 1, 1}, {512, 1, 1, 1}, 0, 1e-4f},
+    {"matmul q4_0 batch 5", KILN_OP_MATMUL, KILN_TYPE_Q4_0, {256, 19, 1, 1}, {256, 5, 1, 1}, 0, 1e-4f},
+    {"matmul q6_k batch 8", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {256, 17, 1, 1}, {256, 8, 1, 1}, 0, 1e-4f},
+    /* mul_mm.comp: 64 x 64 tiles, with edges in both directions, batches broadcast over the weight. */
+    {"matmul f32 tiled odd K", KILN_OP_MATMUL, KILN_TYPE_F32, {77, 70, 1, 1}, {77, 40, 1, 1}, 0, 1e-5f},
+    {"matmul f16 tiled", KILN_OP_MATMUL, KILN_TYPE_F16, {96, 129, 1, 1}, {96, 66, 1, 1}, 0, 1e-5f},
+    {"matmul q8_0 tiled", KILN_OP_MATMUL, KILN_TYPE_Q8_0, {128, 100, 1, 1}, {128, 70, 1, 1}, 0, 1e-4f},
+    {"matmul q4_0 tiled", KILN_OP_MATMUL, KILN_TYPE_Q4_0, {64, 130, 1, 1}, {64, 65, 1, 1}, 0, 1e-4f},
+    {"matmul q4_k tiled", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {256, 70, 1, 1}, {256, 33, 1, 1}, 0, 1e-4f},
+    {"matmul q6_k tiled", KILN_OP_MATMUL, KILN_TYPE_Q6_K, {256, 65, 1, 1}, {256, 20, 1, 1}, 0, 1e-4f},
+    {"matmul q4_k batched tiled", KILN_OP_MATMUL, KILN_TYPE_Q4_K, {256, 6, 2, 1}, {256, 12, 4, 1}, 0, 1e-4f},
+    {"linear q4_0 tiled bias gelu", KILN_OP_LINEAR, KILN_TYPE_Q4_0, {128, 70, 1, 1}, {128, 20, 1, 1}, 1, 1e-4f},
     {"linear q4_k bias gelu", KILN_OP_LINEAR, KILN_TYPE_Q4_K, {256, 12, 1, 1}, {256, 5, 1, 1}, 1, 1e-4f},
     {"linear q6_k silu", KILN_OP_LINEAR, KILN_TYPE_Q6_K, {512, 9, 1, 1}, {512, 2, 1, 1}, 0, 1e-4f},
     {"linear f32 bias gelu", KILN_OP_LINEAR, KILN_TYPE_F32, {48, 12, 1, 1}, {48, 5, 1, 1}, 1, 1e-5f},
@@ -353,16 +382,21 @@ static const bo_case cases[] = {
     {"attention f16 cache long", KILN_OP_ATTENTION, KILN_TYPE_F16, {8, 8, 3, 1}, {8, 4, 200, 1}, 1, 1e-5f},
     {"attention q8_0 cache gqa", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 4, 5, 1}, {32, 2, 9, 1}, 0, 1e-5f},
     {"attention q8_0 head 8", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {8, 8, 3, 1}, {8, 4, 70, 1}, 1, 1e-5f},
+    /* Flash attention: more cells than one chunk of 64 and than the old 4096-cell shared-memory limit,
+     * head sizes up to its 256. */
+    {"attention q8_0 5000 cells", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {64, 4, 2, 1}, {64, 2, 5000, 1}, 1, 1e-5f},
+    {"attention f16 head 128", KILN_OP_ATTENTION, KILN_TYPE_F16, {128, 8, 3, 1}, {128, 2, 300, 1}, 0, 1e-5f},
+    {"attention f32 head 256", KILN_OP_ATTENTION, 0, {256, 2, 2, 1}, {256, 1, 70, 1}, 0, 1e-5f},
     {"cast f16", KILN_OP_CAST, KILN_TYPE_F16, {24, 7, 2, 1}, {0}, 0, 1e-6f},
     {"cast q8_0", KILN_OP_CAST, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {0}, 0, 1e-6f},
     {"cache_write f32", KILN_OP_CACHE_WRITE, KILN_TYPE_F32, {24, 5, 1, 1}, {0, 16, 1, 1}, 0, 0.0f},
     {"cache_write f16", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {26, 5, 1, 1}, {0, 16, 1, 1}, 1, 0.0f},
-    {"cache_write f16 odd rows", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {7, 6, 1, 1}, {0, 9, 1, 1}, 0, 0.0f},
+    {"cache_write f16 odd rows", KILN_OP_CACHE_WRITE, KILN_TYPE_F16, {7, 6, 1, 1}, {0, 13, 1, 1}, 0, 0.0f},
     {"cache_write q8_0", KILN_OP_CACHE_WRITE, KILN_TYPE_Q8_0, {64, 5, 1, 1}, {0, 16, 1, 1}, 1, 0.0f},
     {"cache_write q8_0 one block", KILN_OP_CACHE_WRITE, KILN_TYPE_Q8_0, {32, 7, 1, 1}, {0, 11, 1, 1}, 0, 0.0f},
-    {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 1e-5f},
-    {"rope neox partial", KILN_OP_ROPE, 0, {16, 3, 6, 1}, {0}, 3, 1e-5f},
-    {"rope neox factors", KILN_OP_ROPE, 0, {8, 2, 8, 1}, {0}, 6, 1e-5f},
+    {"rope normal", KILN_OP_ROPE, 0, {16, 4, 8, 1}, {0}, 0, 2e-6f},
+    {"rope neox partial", KILN_OP_ROPE, 0, {16, 3, 6, 1}, {0}, 3, 2e-6f},
+    {"rope neox factors", KILN_OP_ROPE, 0, {8, 2, 8, 1}, {0}, 6, 2e-6f},
 };
 
 static double rel_err(const float *got, const float *ref, size_t n) {

@@ -163,7 +163,8 @@ kiln_tensor *kiln__view(kiln_graph *g, kiln_tensor *x, int32_t n_dims, const int
 kiln_tensor *kiln__permute(kiln_graph *g, kiln_tensor *x, int32_t a0, int32_t a1, int32_t a2, int32_t a3);
 kiln_tensor *kiln__transpose(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__cont(kiln_graph *g, kiln_tensor *x);
-/* Row r of x [W, T] into cache cell idx[r] (idx I32 [T]; negative: skipped); yields the whole cache. */
+/* Row r of x [W, T] into cache cell idx[r] (idx I32 [T]; negative: skipped); yields the whole cache. The cells
+ * must be distinct (a batch's are): a device writes the rows in parallel, in no defined order. */
 kiln_tensor *kiln__cache_write(kiln_graph *g, kiln_tensor *cache, kiln_tensor *x, kiln_tensor *idx);
 kiln_tensor *kiln__scale(kiln_graph *g, kiln_tensor *x, float scale, float bias);
 kiln_tensor *kiln__tanh(kiln_graph *g, kiln_tensor *x);
@@ -171,6 +172,10 @@ kiln_tensor *kiln__relu(kiln_graph *g, kiln_tensor *x);
 /* Rope with per-pair frequency divisors `factors` (F32 [n_rot / 2]; NULL: as kiln__rope). */
 kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kiln_tensor *factors, int32_t n_rot,
                             int32_t mode, float freq_base, float freq_scale);
+/* The rotation frequency of rope's pair i (0, 2, 4, ... < n_rot): 1 / base^(i / n_rot) in float, as every
+ * backend must compute it (the CPU kernel calls this; the Vulkan backend uploads its values), so that
+ * angles agree to the bit. */
+float kiln__rope_freq(float base, int32_t i, int32_t n_rot);
 /* LayerNorm without its affine part (builders multiply by the weight and add the bias as plain ops). */
 kiln_tensor *kiln__norm(kiln_graph *g, kiln_tensor *x, float eps);
 kiln_tensor *kiln__concat(kiln_graph *g, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c); /* c may be NULL */

@@ -421,6 +421,10 @@ kiln_tensor *kiln__rope(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, int32_t
     return make_node(g, KILN_OP_ROPE, x, pos, NULL, ip, 2, fp, 2);
 }
 
+float kiln__rope_freq(float base, int32_t i, int32_t n_rot) {
+    return 1.0f / powf(base, (float)i / (float)n_rot);
+}
+
 kiln_tensor *kiln__rope_ext(kiln_graph *g, kiln_tensor *x, kiln_tensor *pos, kiln_tensor *factors, int32_t n_rot,
                             int32_t mode, float freq_base, float freq_scale) {
     int32_t ip[2] = {n_rot, mode};

@@ -27,7 +27,7 @@ void kiln__cpu_rope(const kiln_cpu_args *a) {
         if (t != cached_t) { /* the angles depend on the position only: once per position, not per head */
             int32_t p = *(const int32_t *)((const char *)pos->data + t * (int64_t)pos->nb[0]);
             for (int64_t i = 0; i < n_rot; i += 2) {
-                float freq = 1.0f / powf(base, (float)i / (float)n_rot);
+                float freq = kiln__rope_freq(base, (int32_t)i, (int32_t)n_rot);
                 float theta = scale == 1.0f ? (float)p * freq : (float)p * scale * freq;
                 if (factors) theta /= factors[i / 2];
                 cs[i] = cosf(theta);

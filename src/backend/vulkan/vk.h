@@ -213,8 +213,10 @@ enum {
     KILN_VK_PIPE_ATTENTION, /* + the KV type index (the specialization constant) */
     KILN_VK_PIPE_CACHE_WRITE = KILN_VK_PIPE_ATTENTION + KILN_VK_KV_TYPES, /* likewise */
     KILN_VK_PIPE_CAST = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES,       /* likewise, to F32 */
-    KILN_VK_PIPE_MATMUL = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
-    KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MATMUL + KILN_VK_WEIGHT_TYPES, /* likewise */
+    KILN_VK_PIPE_QUANTIZE = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* activations to q8 rows in the scratch */
+    KILN_VK_PIPE_MUL_MV, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_MUL_MM = KILN_VK_PIPE_MUL_MV + KILN_VK_WEIGHT_TYPES,   /* likewise, tiled */
+    KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MUL_MM + KILN_VK_WEIGHT_TYPES, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + KILN_VK_WEIGHT_TYPES,
 };
 
@@ -241,6 +243,12 @@ typedef struct kiln_vk_recording {
 
 #define KILN_VK_RECORDINGS 64
 
+typedef struct kiln_vk_rope_table {
+    float base;
+    int32_t n_rot;
+    float *freqs; /* [n_rot / 2] */
+} kiln_vk_rope_table;
+
 typedef struct kiln_vk_ctx {
     kiln_vk_device *dev;
     kiln_vk_options opt;
@@ -257,6 +265,15 @@ typedef struct kiln_vk_ctx {
     kiln_vk_weight *weights;
     int32_t n_weights, cap_weights;
     uint64_t weight_bytes;
+    /* The scratch buffer: a quantized matmul's activations as q8 rows (quantize_q8.comp), reused by every
+     * node of every recording (each dispatch is followed by a barrier). Sized before a range is recorded
+     * (kiln__vk_scratch_bytes); growing it invalidates every recording, which names the old buffer. */
+    uintptr_t scratch;
+    size_t scratch_bytes;
+    /* Rope's frequency tables (kiln__rope_freq of each pair), one per (base, n_rot) seen, uploaded as
+     * constants (found again by identity, so they live as long as the backend). */
+    kiln_vk_rope_table *rope_tables;
+    int32_t n_rope_tables;
     char description[352]; /* "vulkan:0 (llvmpipe ..., subgroup reductions)" */
 } kiln_vk_ctx;
 
@@ -283,8 +300,11 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
 
 /* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);
-/* Whether a KV cache of this type and size may live on the device: F32, F16 or Q8_0 rows, C <= 4096 cells (the
- * attention kernel's shared memory), each layer's cache within one binding, and neither cache_write nor
- * attention refused. */
+/* Whether a KV cache of this type and size may live on the device: F32, F16 or Q8_0 rows, each layer's cache
+ * within one binding, and neither cache_write nor attention refused. */
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells);
 kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *node);
+/* The scratch bytes recording this node needs (0: none). */
+size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *node);
+/* The binding of the first `bytes` of the scratch buffer (sized by the recording's caller). */
+kiln_status kiln__vk_bind_scratch(kiln_vk_ctx *c, size_t bytes, kiln_vk_bind *out);

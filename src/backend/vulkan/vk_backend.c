@@ -397,13 +397,50 @@ static kiln_status upload_weights(kiln_backend *b, kiln_graph *g, int32_t i0, in
     return KILN_OK;
 }
 
+/* The scratch buffer grown to what recording [i0, i1) needs. A grown scratch is a new buffer, so every
+ * recording (each names the old one) is dropped first. */
+static kiln_status size_scratch(kiln_vk_ctx *c, kiln_graph *g, int32_t i0, int32_t i1) {
+    size_t need = 0, cap;
+    uintptr_t addr;
+    kiln_status s;
+    for (int32_t i = i0; i < i1; i++) {
+        const kiln_tensor *t = kiln__graph_node(g, i);
+        if (!(kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE))
+            need = KILN__MAX(need, kiln__vk_scratch_bytes(c, t));
+    }
+    if (need <= c->scratch_bytes) return KILN_OK;
+    for (cap = 1 << 16; cap < need; cap *= 2) {
+    }
+    if ((s = kiln__vk_pool_alloc(c->dev->pool, cap, &addr)))
+        return kiln__error_prefix(s, "the %zu-byte Vulkan scratch buffer: ", cap);
+    for (int i = 0; i < KILN_VK_RECORDINGS; i++)
+        c->recs[i].valid = false;
+    if (c->scratch) kiln__vk_pool_free(c->dev->pool, c->scratch);
+    c->scratch = addr;
+    c->scratch_bytes = cap;
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_bind_scratch(kiln_vk_ctx *c, size_t bytes, kiln_vk_bind *out) {
+    kiln_vk_span sp;
+    if (bytes > c->scratch_bytes || !kiln__vk_pool_resolve(c->dev->pool, c->scratch, &sp))
+        return kiln__error(KILN_E_INTERNAL, "vulkan: the scratch buffer holds %zu bytes, %zu needed",
+                           c->scratch_bytes, bytes);
+    VkDeviceSize aligned = sp.offset - sp.offset % c->dev->min_offset;
+    out->buffer = sp.buffer;
+    out->offset = aligned;
+    out->rem = (uint32_t)(sp.offset - aligned);
+    out->range = out->rem + (bytes + 3) / 4 * 4;
+    return KILN_OK;
+}
+
 static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1, kiln_vk_recording *rec) {
     kiln_vk_ctx *c = b->context;
     kiln_vk_fns *fn = c->dev->fn;
     kiln_status s = KILN_OK;
     VkResult r;
     rec->valid = false;
-    if ((s = upload_weights(b, g, i0, i1))) return s;
+    if ((s = upload_weights(b, g, i0, i1)) || (s = size_scratch(c, g, i0, i1))) return s;
     for (int32_t i = 0; i < rec->used_desc_pools; i++)
         if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0)))
             return vk_fail(r, "vkResetDescriptorPool");
@@ -494,6 +531,9 @@ static void vk_destroy(kiln_backend *b) {
     }
     kiln__dealloc(c->key);
     kiln__dealloc(c->weights);
+    for (int32_t i = 0; i < c->n_rope_tables; i++)
+        kiln__dealloc(c->rope_tables[i].freqs);
+    kiln__dealloc(c->rope_tables);
     kiln__dealloc(c);
     kiln__dealloc(b);
 }
@@ -593,8 +633,10 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
             (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)))
             return s;
+    if ((s = make_pipeline(c, KILN_VK_PIPE_QUANTIZE, "quantize_q8", -1))) return s;
     for (int32_t t = 0; t < KILN_VK_WEIGHT_TYPES; t++)
-        if ((s = make_pipeline(c, KILN_VK_PIPE_MATMUL + t, "matmul", t)) ||
+        if ((s = make_pipeline(c, KILN_VK_PIPE_MUL_MV + t, "mul_mv", t)) ||
+            (s = make_pipeline(c, KILN_VK_PIPE_MUL_MM + t, "mul_mm", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_GET_ROWS + t, "get_rows", t)))
             return s;
     return KILN_OK;

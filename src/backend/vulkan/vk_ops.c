@@ -12,8 +12,8 @@
  *   softmax                        F32, rows contiguous
  *   rope                           F32 [D, H, T] rows contiguous, NORMAL or NEOX, optional factors
  *   attention                      q F32, k, v F32 [D, Hkv, C] or F16/Q8_0 cache rows [Hkv * D, C]
- *                                  (rows contiguous, GQA), mask F32 [C, T], C <= 4096 (the scores sit
- *                                  in shared memory)
+ *                                  (rows contiguous, GQA), mask F32 [C, T], any C (flash attention:
+ *                                  an online softmax over chunks of cells), head size D <= 256
  *   cast                           F32, F16 or Q8_0 (rows contiguous) to a contiguous F32 tensor
  *   add, mul, add_act, swiglu      F32, any strides, the second broadcast
  *   scale, silu, gelu, relu, tanh, cont   F32, any strides
@@ -21,7 +21,7 @@
  *                                  idx I32
  * Every tensor a kernel reads or writes (but a row-ranged weight) must span at most
  * maxStorageBufferRange bytes, and every count and stride fit in 32 bits. A context's KV cache lives on
- * the device when kiln__vk_holds_kv says so (F32, F16 or Q8_0, C <= 4096); the scheduler then runs every node that
+ * the device when kiln__vk_holds_kv says so (F32, F16 or Q8_0, each layer within one binding); the scheduler then runs every node that
  * touches it here, so these kernels must cover all of them: cache_write, attention, and for the unfused
  * form matmul over a permuted cache view and cont of one (and cast of an F16/Q8_0 cache).
  */
@@ -30,6 +30,7 @@
 #include "core/core.h"
 #include "tensor/types.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Support ---- */
@@ -87,7 +88,9 @@ static bool matmul_ok(const kiln_vk_ctx *c, const kiln_tensor *n) {
         return false;
     if (n->op == KILN_OP_LINEAR && (n->ip[0] < KILN_ACT_NONE || n->ip[0] > KILN_ACT_SILU)) return false;
     if (w->ne[2] <= 0 || w->ne[3] <= 0 || x->ne[2] % w->ne[2] || x->ne[3] % w->ne[3]) return false;
-    if (x->ne[1] * x->ne[2] * x->ne[3] > 65535) return false;
+    if (x->ne[2] * x->ne[3] > 65535) return false;
+    if (type_index(w->type) >= 2 && kiln__vk_scratch_bytes(c, n) + c->dev->min_offset > c->dev->max_range)
+        return false; /* the q8 rows of x must fit one binding */
     row = kiln__tensor_nbytes(w) / (size_t)KILN__MAX(kiln__tensor_nrows(w), 1);
     if (kiln__tensor_span(w) + c->dev->min_offset <= c->dev->max_range) return true;
     /* Bound in row ranges: a plain 2D weight whose rows fit. */
@@ -137,13 +140,13 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
         if (k->type != KILN_TYPE_F32) /* F16/Q8_0 cache rows [Hkv * D, C] (ops.c's infer_attention_rows) */
             return is_f32(a) && kv_index(k->type) > 0 && v->type == k->type && a->nb[0] == 4 &&
                    rows_contiguous(k) && rows_contiguous(v) && is_f32(m) && m->nb[0] == 4 && a->ne[3] == 1 &&
-                   k->ne[2] == 1 && k->ne[3] == 1 && k->ne[1] <= 4096 && a->ne[0] > 0 &&
+                   k->ne[2] == 1 && k->ne[3] == 1 && a->ne[0] > 0 && a->ne[0] <= 256 &&
                    k->ne[0] % a->ne[0] == 0 && k->ne[0] / a->ne[0] > 0 &&
                    a->ne[1] % (k->ne[0] / a->ne[0]) == 0 && !memcmp(k->ne, v->ne, sizeof k->ne) &&
                    fits(c, a, true) && fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
         return is_f32(a) && is_f32(k) && is_f32(v) && is_f32(m) && a->nb[0] == 4 && k->nb[0] == 4 &&
                v->nb[0] == 4 && m->nb[0] == 4 && a->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 &&
-               k->ne[2] <= 4096 && k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) &&
+               a->ne[0] <= 256 && k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && fits(c, a, true) &&
                fits(c, k, true) && fits(c, v, true) && fits(c, m, true);
     }
     case KILN_OP_CAST: /* F32, F16 or Q8_0 (a KV cache, for the plain form of attention) to F32 */
@@ -268,27 +271,51 @@ static kiln_status record_softmax(kiln_vk_ctx *c, const kiln_tensor *n) {
     return kiln__vk_dispatch(c, KILN_VK_PIPE_SOFTMAX, b, pc, sizeof pc, (uint64_t)kiln__tensor_nrows(x), 1);
 }
 
+/* The frequencies of rope with this base and n_rot, computed as the CPU does (kiln__rope_freq), as a
+ * constant leaf that kiln__vk_bind uploads once and finds again by its host address. */
+static kiln_status rope_freqs(kiln_vk_ctx *c, float base, int32_t n_rot, kiln_tensor *out) {
+    kiln_vk_rope_table *tab = NULL;
+    for (int32_t i = 0; i < c->n_rope_tables && !tab; i++)
+        if (c->rope_tables[i].base == base && c->rope_tables[i].n_rot == n_rot) tab = &c->rope_tables[i];
+    if (!tab) {
+        kiln_vk_rope_table *grown =
+            kiln__realloc_array(c->rope_tables, (size_t)c->n_rope_tables + 1, sizeof *grown);
+        float *freqs = kiln__alloc_array((size_t)n_rot / 2, sizeof *freqs);
+        if (grown) c->rope_tables = grown;
+        if (!grown || !freqs) {
+            kiln__dealloc(freqs);
+            return kiln__nomem("the Vulkan rope table");
+        }
+        for (int32_t i = 0; i < n_rot; i += 2)
+            freqs[i / 2] = kiln__rope_freq(base, i, n_rot);
+        tab = &c->rope_tables[c->n_rope_tables++];
+        *tab = (kiln_vk_rope_table){base, n_rot, freqs};
+    }
+    memset(out, 0, sizeof *out);
+    out->type = KILN_TYPE_F32;
+    out->n_dims = 1;
+    out->ne[0] = n_rot / 2;
+    out->ne[1] = out->ne[2] = out->ne[3] = 1;
+    out->nb[0] = 4;
+    out->nb[1] = out->nb[2] = out->nb[3] = 4 * (size_t)(n_rot / 2);
+    out->op = KILN_OP_NONE;
+    out->flags = KILN_TENSOR_CONST;
+    out->data = tab->freqs;
+    snprintf(out->name, sizeof out->name, "rope frequencies");
+    return KILN_OK;
+}
+
 static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2],
-                      *ts[KILN_VK_BINDINGS] = {x, pos, f, n};
+    const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2];
+    kiln_tensor freqs;
+    kiln_status s = rope_freqs(c, n->fp[0], n->ip[0], &freqs);
+    const kiln_tensor *ts[KILN_VK_BINDINGS] = {x, pos, f, n, &freqs};
     kiln_vk_bind b[KILN_VK_BINDINGS];
-    kiln_status s;
-    if ((s = bind_all(c, ts, b))) return s;
-    uint32_t pc[16] = {b[0].rem / 4,
-                       b[1].rem / 4,
-                       b[2].rem / 4,
-                       b[3].rem / 4,
-                       (uint32_t)x->ne[0],
-                       (uint32_t)x->ne[1],
-                       (uint32_t)x->ne[2],
-                       (uint32_t)n->ip[0],
-                       el(x->nb[1]),
-                       el(x->nb[2]),
-                       el(n->nb[1]),
-                       el(n->nb[2]),
-                       n->ip[1] == KILN_ROPE_NEOX,
-                       f != NULL};
-    memcpy(&pc[14], &n->fp[0], 4);
+    if (s || (s = bind_all(c, ts, b))) return s;
+    uint32_t pc[16] = {b[0].rem / 4,       b[1].rem / 4,       b[2].rem / 4,        b[3].rem / 4,
+                       (uint32_t)x->ne[0], (uint32_t)x->ne[1], (uint32_t)x->ne[2],  (uint32_t)n->ip[0],
+                       el(x->nb[1]),       el(x->nb[2]),       el(n->nb[1]),        el(n->nb[2]),
+                       n->ip[1] == KILN_ROPE_NEOX, f != NULL,  b[4].rem / 4,        0};
     memcpy(&pc[15], &n->fp[1], 4);
     return kiln__vk_dispatch(c, KILN_VK_PIPE_ROPE, b, pc, sizeof pc,
                              ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
@@ -357,7 +384,7 @@ static kiln_status record_cast(kiln_vk_ctx *c, const kiln_tensor *n) {
 
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells) {
     size_t bytes;
-    return kv_index(type) >= 0 && n_cells > 0 && n_cells <= 4096 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
+    return kv_index(type) >= 0 && n_cells > 0 && c->opt.refuse != KILN_OP_CACHE_WRITE &&
            c->opt.refuse != KILN_OP_ATTENTION && !kiln__mul_overflow_size(row_bytes, (size_t)n_cells, &bytes) &&
            bytes + c->dev->min_offset <= c->dev->max_range;
 }
@@ -374,51 +401,75 @@ static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
                              (uint64_t)ids->ne[0], 1);
 }
 
-/* matmul and linear; a weight over the binding limit goes in row ranges, one dispatch each. */
-static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
-    const kiln_tensor *w = n->src[0], *x = n->src[1], *bias = n->op == KILN_OP_LINEAR ? n->src[2] : NULL;
-    const kiln_tensor *ts[KILN_VK_BINDINGS] = {NULL, x, bias, n};
+/* mul_mv.comp takes up to this many columns per workgroup; more columns go to the tiled mul_mm.comp where
+ * the device has the shared memory for its tiles. */
+#define MV_COLS 8
+#define MM_SHARED_BYTES 18432
+
+/* The bytes of x's q8 rows (quantize_q8.comp), per column K quants, K / 32 scales and K / 32 sums. */
+size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *x = n->src[1];
+    (void)c;
+    if ((n->op != KILN_OP_MATMUL && n->op != KILN_OP_LINEAR) || type_index(n->src[0]->type) < 2) return 0;
+    return (size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(x->ne[0] + x->ne[0] / 32 * 8);
+}
+
+/* x quantized to q8 rows in the scratch buffer, bound in *xb. */
+static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk_bind *xb) {
+    const kiln_tensor *x = n->src[1], *ts[KILN_VK_BINDINGS] = {x, NULL, NULL, NULL};
     kiln_vk_bind b[KILN_VK_BINDINGS];
     kiln_status s;
-    int64_t N = n->ne[0], per, cols = x->ne[1] * x->ne[2] * x->ne[3];
+    uint64_t blocks = (uint64_t)(x->ne[0] / 32) * (uint64_t)(x->ne[1] * x->ne[2] * x->ne[3]);
+    if ((s = bind_all(c, ts, b)) || (s = kiln__vk_bind_scratch(c, kiln__vk_scratch_bytes(c, n), &b[3])))
+        return s;
+    uint32_t pc[9] = {b[0].rem / 4,       b[3].rem / 4,       (uint32_t)x->ne[0], (uint32_t)x->ne[1],
+                      (uint32_t)x->ne[2], (uint32_t)x->ne[3], el(x->nb[1]),       el(x->nb[2]),
+                      el(x->nb[3])};
+    *xb = b[3];
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_QUANTIZE, b, pc, sizeof pc, (blocks + 255) / 256, 1);
+}
+
+/* matmul and linear: up to MV_COLS columns by mul_mv.comp, more by the tiled mul_mm.comp; a quantized
+ * weight's x quantized first (once per node). A weight over the binding limit goes in row ranges, one
+ * dispatch each. */
+static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
+    const kiln_tensor *w = n->src[0], *x = n->src[1], *bias = n->op == KILN_OP_LINEAR ? n->src[2] : NULL;
+    const kiln_tensor *ts[KILN_VK_BINDINGS] = {NULL, NULL, bias, n};
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_status s;
+    int ti = type_index(w->type);
+    int64_t N = n->ne[0], per, M = x->ne[1];
     size_t span = kiln__tensor_span(w);
     float alpha = n->op == KILN_OP_LINEAR ? n->fp[0] : 1.0f;
     uint32_t act = n->op == KILN_OP_LINEAR ? (uint32_t)n->ip[0] : 0;
+    bool tiled = M > MV_COLS && c->dev->info.max_shared_memory >= MM_SHARED_BYTES;
     if ((s = bind_all(c, ts, b))) return s;
+    s = ti >= 2 ? record_quantize(c, n, &b[1]) : kiln__vk_bind(c, x, &b[1]);
+    if (s) return s;
     per = span + c->dev->min_offset <= c->dev->max_range
               ? N
               : (int64_t)((c->dev->max_range - c->dev->min_offset) / w->nb[1]);
     for (int64_t n0 = 0; n0 < N; n0 += per) {
         int64_t rows = KILN__MIN(per, N - n0);
         size_t bytes = per == N ? span : (size_t)rows * w->nb[1];
+        uint64_t groups = tiled ? (uint64_t)((rows + 63) / 64) * (uint64_t)((M + 63) / 64)
+                                : (uint64_t)((rows + 1) / 2) * (uint64_t)((M + MV_COLS - 1) / MV_COLS);
         if ((s = kiln__vk_bind_range(c, w, (size_t)n0 * w->nb[1], bytes, &b[0]))) return s;
-        uint32_t pc[24] = {b[0].rem,
-                           b[1].rem / 4,
-                           b[3].rem / 4,
-                           b[2].rem / 4,
-                           (uint32_t)x->ne[0],
-                           (uint32_t)rows,
-                           (uint32_t)x->ne[1],
-                           (uint32_t)n0,
-                           (uint32_t)w->nb[1],
-                           (uint32_t)w->nb[2],
-                           (uint32_t)w->nb[3],
-                           (uint32_t)(x->ne[2] / w->ne[2]),
-                           el(x->nb[1]),
-                           el(x->nb[2]),
-                           el(x->nb[3]),
-                           (uint32_t)(x->ne[3] / w->ne[3]),
-                           el(n->nb[1]),
-                           el(n->nb[2]),
-                           el(n->nb[3]),
-                           (uint32_t)x->ne[2],
-                           0,
-                           act,
-                           bias != NULL,
-                           0};
+        uint32_t pc[24] = {b[0].rem,           b[1].rem / 4,
+                           b[3].rem / 4,       b[2].rem / 4,
+                           (uint32_t)x->ne[0], (uint32_t)rows,
+                           (uint32_t)M,        (uint32_t)n0,
+                           (uint32_t)w->nb[1], (uint32_t)w->nb[2],
+                           (uint32_t)w->nb[3], (uint32_t)(x->ne[2] / w->ne[2]),
+                           el(x->nb[1]),       el(x->nb[2]),
+                           el(x->nb[3]),       (uint32_t)(x->ne[3] / w->ne[3]),
+                           el(n->nb[1]),       el(n->nb[2]),
+                           el(n->nb[3]),       (uint32_t)x->ne[2],
+                           0,                  act,
+                           bias != NULL,       0};
         memcpy(&pc[20], &alpha, 4);
-        if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_MATMUL + type_index(w->type), b, pc, sizeof pc,
-                                   (uint64_t)rows, (uint32_t)cols)))
+        if ((s = kiln__vk_dispatch(c, (tiled ? KILN_VK_PIPE_MUL_MM : KILN_VK_PIPE_MUL_MV) + ti, b, pc, sizeof pc,
+                                   groups, (uint32_t)(x->ne[2] * x->ne[3]))))
             return s;
     }
     return KILN_OK;

@@ -1,11 +1,18 @@
 #version 450
-// attention.comp - masked attention with grouped-query heads (kernels_attention.c): query t of head h
-// reads KV head h / group; s_j = scale * q.k_j + mask[t][j], -inf hiding key j; softmax over j, then the
-// weighted sum of v; a query that sees no key outputs zeros. q [D, Hq, T]; k and v F32 [D, Hkv, C] (KV 0),
-// or F16 (1) / Q8_0 (2) cache rows [Hkv * D, C] as kernels_kv.c reads them: head hk is elements
-// hk * D.. of cell j's row (head_el = D, k_nb1 = 0), each dequantized to float (Q8_0 d * q), then float
-// arithmetic. Offsets and strides of k and v are in bytes; rows contiguous. mask F32 [C, T]. One workgroup per (h, t); the C scores live in shared memory (C <= 4096).
+// attention.comp - masked attention with grouped-query heads (kernels_attention.c), as flash attention:
+// query t of head h reads KV head h / group; s_j = scale * q.k_j + mask[t][j], -inf hiding key j;
+// softmax over j, then the weighted sum of v; a query that sees no key outputs zeros. q [D, Hq, T]; k and v
+// F32 [D, Hkv, C] (KV 0), or F16 (1) / Q8_0 (2) cache rows [Hkv * D, C] as kernels_kv.c reads them: head hk
+// is elements hk * D.. of cell j's row (head_el = D, k_nb1 = 0), each dequantized to float (Q8_0 d * q),
+// then float arithmetic. Offsets and strides of k and v are in bytes; rows contiguous. mask F32 [C, T].
+//
+// One workgroup of 64 per (h, t) walks the cells in chunks of 64, one score per invocation, with an online
+// softmax: the running maximum m and sum l, and the output accumulator (dimension i kept by invocation
+// i % 64, D <= 256) rescaled by exp(m_old - m_new) whenever a chunk raises the maximum; the output is
+// acc / l. So any number of cells fits (no scores are kept beyond a chunk), at the cost of the CPU's exact
+// order of operations: results differ from it in rounding only (test_backend_ops states the tolerance).
 #include "common.glsl"
+#define CHUNK 64u
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint KV = 0u;
 layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
@@ -38,56 +45,76 @@ layout(push_constant) uniform P {
 KV_ELEM(k_elem, k)
 KV_ELEM(v_elem, v)
 
-shared float scores[4096];
-shared float part[64];
+shared float qs[256];       // the query row
+shared float probs[CHUNK];  // the chunk's exp(s_j - m)
+shared float part[CHUNK];   // reductions
 
-void main() {
-    uint r = wg_index(), t = gl_LocalInvocationID.x;
-    if (r >= p.Hq * p.T) return;
-    uint h = r % p.Hq, tok = r / p.Hq, hk = h / p.group;
-    uint qr = p.off_q + h * p.q_nb1 + tok * p.q_nb2, mr = p.off_m + tok * p.m_nb1;
-    uint dr = p.off_d + h * p.d_nb1 + tok * p.d_nb2;
-    float ninf = uintBitsToFloat(0xff800000u), m = ninf;
-    for (uint j = t; j < p.C; j += 64u) {
-        float s = ninf, mk = mask[mr + j];
-        if (!(isinf(mk) && mk < 0.0)) {
-            uint kr = p.off_k + hk * p.k_nb1 + j * p.k_nb2;
-            float dot = 0.0;
-            for (uint i = 0u; i < p.D; i++) dot += q[qr + i] * k_elem(kr, hk * p.head_el + i);
-            s = dot * p.scale + mk;
-        }
-        scores[j] = s;
-        m = max(m, s);
-    }
-    part[t] = m;
+float chunk_max(uint t, float x) {
+    part[t] = x;
     barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
+    for (uint s = CHUNK / 2u; s > 0u; s >>= 1) {
         if (t < s) part[t] = max(part[t], part[t + s]);
         barrier();
     }
-    m = part[0];
+    float r = part[0];
     barrier();
-    if (isinf(m) && m < 0.0) {
-        for (uint i = t; i < p.D; i += 64u) d[dr + i] = 0.0;
-        return;
-    }
-    float sum = 0.0;
-    for (uint j = t; j < p.C; j += 64u) {
-        float e = exp(scores[j] - m);
-        scores[j] = e;
-        sum += e;
-    }
-    part[t] = sum;
+    return r;
+}
+
+float chunk_sum(uint t, float x) {
+    part[t] = x;
     barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
+    for (uint s = CHUNK / 2u; s > 0u; s >>= 1) {
         if (t < s) part[t] += part[t + s];
         barrier();
     }
-    sum = part[0];
-    for (uint i = t; i < p.D; i += 64u) {
-        float acc = 0.0;
-        for (uint j = 0u; j < p.C; j++)
-            if (scores[j] != 0.0) acc += (scores[j] / sum) * v_elem(p.off_v + hk * p.v_nb1 + j * p.v_nb2, hk * p.head_el + i);
-        d[dr + i] = acc;
+    float r = part[0];
+    barrier();
+    return r;
+}
+
+void main() {
+    uint r = wg_index(), t = gl_LocalInvocationID.x;
+    if (r >= p.Hq * p.T) return; // uniform: the whole workgroup
+    uint h = r % p.Hq, tok = r / p.Hq, hk = h / p.group;
+    uint qr = p.off_q + h * p.q_nb1 + tok * p.q_nb2, mr = p.off_m + tok * p.m_nb1;
+    uint dr = p.off_d + h * p.d_nb1 + tok * p.d_nb2;
+    for (uint i = t; i < p.D; i += CHUNK) qs[i] = q[qr + i];
+    barrier();
+    float ninf = uintBitsToFloat(0xff800000u), m = ninf, l = 0.0;
+    float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    for (uint c0 = 0u; c0 < p.C; c0 += CHUNK) {
+        uint j = c0 + t;
+        float s = ninf;
+        if (j < p.C) {
+            float mk = mask[mr + j];
+            if (!(isinf(mk) && mk < 0.0)) {
+                uint kr = p.off_k + hk * p.k_nb1 + j * p.k_nb2;
+                float dot = 0.0;
+                for (uint i = 0u; i < p.D; i++) dot += qs[i] * k_elem(kr, hk * p.head_el + i);
+                s = dot * p.scale + mk;
+            }
+        }
+        float mc = max(m, chunk_max(t, s));
+        if (isinf(mc) && mc < 0.0) continue; // nothing visible yet (uniform: every invocation has mc)
+        float e = isinf(s) && s < 0.0 ? 0.0 : exp(s - mc);
+        probs[t] = e;
+        float rescale = isinf(m) && m < 0.0 ? 0.0 : exp(m - mc);
+        l = l * rescale + chunk_sum(t, e); // chunk_sum's barriers also publish probs[]
+        m = mc;
+        uint n = min(CHUNK, p.C - c0);
+        for (uint a = 0u; a < 4u; a++) {
+            uint i = t + CHUNK * a;
+            if (i >= p.D) break;
+            float sum = acc[a] * rescale;
+            for (uint jj = 0u; jj < n; jj++)
+                if (probs[jj] != 0.0) sum += probs[jj] * v_elem(p.off_v + hk * p.v_nb1 + (c0 + jj) * p.v_nb2, hk * p.head_el + i);
+            acc[a] = sum;
+        }
+        barrier(); // probs[] is rewritten by the next chunk
+    }
+    for (uint a = 0u; a < 4u; a++) {
+        uint i = t + CHUNK * a;
+        if (i < p.D) d[dr + i] = l > 0.0 ? acc[a] / l : 0.0;
     }
 }

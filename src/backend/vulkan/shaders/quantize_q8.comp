@@ -1,0 +1,54 @@
+#version 450
+// quantize_q8.comp - the activation x [K, M, B2, B3] (rows contiguous) as the CPU's q8 rows
+// (kiln__q8_quantize_ref, kernels_mm_ref.c), once per matmul node, for mul_mv.comp and mul_mm.comp to read.
+// Per 32-block: amax over |x| (NaN ignored), d = amax / 127 and id = 1 / d, each correctly rounded as the
+// CPU divides, q = round half to even of clamp(x * id, -127, 127) (NaN to -127, as the CPU's fmaxf), s = the
+// sum of q. Column c's row starts at word c * K * 5 / 16 of the destination: K int8 quants (4 to a word,
+// the first lowest), K / 32 float d, K / 32 int s. One invocation per block.
+#include "common.glsl"
+layout(local_size_x = 256) in;
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Q { uint q[]; };
+layout(push_constant) uniform P {
+    uint off_x, off_q, K, M;
+    uint B2, B3, x_nb1, x_nb2;
+    uint x_nb3;
+} p;
+
+// a / b correctly rounded for a >= 0, b > 0 (the driver may divide as a * (1 / b)): the quotient's
+// neighbours are tried against the exact residual fma(-c, b, a). As cache_write.comp.
+float div_rn(float a, float b) {
+    precise float c = a / b;
+    if (c <= 0.0 || isinf(c)) return c;
+    float lo = uintBitsToFloat(floatBitsToUint(c) - 1u), hi = uintBitsToFloat(floatBitsToUint(c) + 1u);
+    precise float rc = abs(fma(-c, b, a)), rl = abs(fma(-lo, b, a)), rh = abs(fma(-hi, b, a));
+    return rl < rc ? lo : rh < rc ? hi : c;
+}
+
+void main() {
+    uint nb = p.K / 32u, i = wg_index() * 256u + gl_LocalInvocationID.x;
+    if (i >= nb * p.M * p.B2 * p.B3) return;
+    uint blk = i % nb, col = i / nb;
+    uint m = col % p.M, b2 = (col / p.M) % p.B2, b3 = col / (p.M * p.B2);
+    uint xb = p.off_x + m * p.x_nb1 + b2 * p.x_nb2 + b3 * p.x_nb3 + 32u * blk;
+    uint row = p.off_q + col * (p.K / 4u + 2u * nb);
+    float amax = 0.0;
+    for (uint j = 0u; j < 32u; j++) {
+        float a = abs(x[xb + j]);
+        amax = a > amax ? a : amax;
+    }
+    float d = div_rn(amax, 127.0), id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+    int s = 0;
+    for (uint w = 0u; w < 8u; w++) {
+        uint word = 0u;
+        for (uint j = 0u; j < 4u; j++) {
+            float v = x[xb + 4u * w + j] * id;
+            int qv = isnan(v) ? -127 : int(roundEven(clamp(v, -127.0, 127.0)));
+            s += qv;
+            word |= (uint(qv) & 0xffu) << (8u * j);
+        }
+        q[row + 8u * blk + w] = word;
+    }
+    q[row + p.K / 4u + blk] = floatBitsToUint(d);
+    q[row + p.K / 4u + nb + blk] = uint(s);
+}
