@@ -355,6 +355,7 @@ static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void
                                                     &arenas[a][b]));
     for (int step = 0; step < 6; step++) {
         int bad = 0;
+        uint64_t submits = kiln__backend_vulkan_submits(vk);
         if (step == 0 || step == 4) CHECK_OK(kiln__sched_plan_commit(p, arenas[step == 4]));
         for (int i = 0; i < K; i++)
             x[i] = (float)((i + step * 5) % 13) / 13.0f - 0.4f;
@@ -368,6 +369,9 @@ static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void
             bad += fabsf(out[n] - want) > 1e-5f * (1.0f + fabsf(want));
         }
         if (bad) harness_fail(__FILE__, __LINE__, "step %d: %d outputs wrong", step, bad);
+        /* A replayed step is two submissions: the input's upload rides with the kernels, then the
+         * output's download. */
+        if (step == 2 || step == 3 || step == 5) CHECK_EQ_INT(kiln__backend_vulkan_submits(vk) - submits, 2);
     }
     kiln__backend_vulkan_replays(vk, &recorded, &replayed);
     printf("  6 computes over 2 arenas: %llu recorded, %llu replayed\n", (unsigned long long)recorded,

@@ -122,6 +122,8 @@ const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void);
 /* How many compute calls of a Vulkan backend recorded a command buffer and how many replayed one (zeros
  * for any other backend). */
 void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed);
+/* How many submissions (vkQueueSubmit calls) a Vulkan backend made (0 for any other backend). */
+uint64_t kiln__backend_vulkan_submits(const kiln_backend *b);
 /* "vulkan:0 (llvmpipe ...)" for a Vulkan backend; its name for any other. */
 const char *kiln__backend_describe(const kiln_backend *b);
 

@@ -64,6 +64,7 @@
     D(vkCmdPipelineBarrier)                                                                                  \
     D(vkCmdCopyBuffer)                                                                                       \
     D(vkCmdFillBuffer)                                                                                       \
+    D(vkCmdUpdateBuffer)                                                                                     \
     D(vkQueueSubmit)                                                                                         \
     D(vkCreateFence)                                                                                         \
     D(vkDestroyFence)                                                                                        \
@@ -119,6 +120,15 @@ typedef struct kiln_vk_device {
     VkCommandPool cmd_pool;
     VkCommandBuffer transfer_cmd;
     VkFence transfer_fence;
+    /* Small uploads (the graph's inputs: ids, positions, cells, mask) are not submitted on their own:
+     * they are recorded here as vkCmdUpdateBuffer (which copies the bytes at once) and go to the queue
+     * in front of the next submission, compute or transfer, in the same vkQueueSubmit. So a decode step
+     * whose graph is one split on the device is two submissions: its inputs and kernels, then the
+     * logits' download. */
+    VkCommandBuffer pending_cmd;
+    bool pending_open;
+    size_t pending_bytes;
+    uint64_t submits; /* vkQueueSubmit calls (tests count them) */
     /* The staging ring: host-visible memory that uploads and downloads pass through, in pieces of at
      * most staging_size bytes (each piece is submitted and waited before the ring is reused). */
     VkDeviceMemory staging_mem;
@@ -246,7 +256,7 @@ typedef struct kiln_vk_recording {
 typedef struct kiln_vk_rope_table {
     float base;
     int32_t n_rot;
-    float *freqs; /* [n_rot / 2] */
+    uintptr_t addr; /* [n_rot / 2] floats */
 } kiln_vk_rope_table;
 
 typedef struct kiln_vk_ctx {
@@ -270,8 +280,8 @@ typedef struct kiln_vk_ctx {
      * (kiln__vk_scratch_bytes); growing it invalidates every recording, which names the old buffer. */
     uintptr_t scratch;
     size_t scratch_bytes;
-    /* Rope's frequency tables (kiln__rope_freq of each pair), one per (base, n_rot) seen, uploaded as
-     * constants (found again by identity, so they live as long as the backend). */
+    /* Rope's frequency tables (kiln__rope_freq of each pair), one per (base, n_rot) seen, each uploaded
+     * once into a buffer of its own that lives as long as the backend. */
     kiln_vk_rope_table *rope_tables;
     int32_t n_rope_tables;
     char description[352]; /* "vulkan:0 (llvmpipe ..., subgroup reductions)" */
@@ -308,3 +318,5 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *node);
 size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *node);
 /* The binding of the first `bytes` of the scratch buffer (sized by the recording's caller). */
 kiln_status kiln__vk_bind_scratch(kiln_vk_ctx *c, size_t bytes, kiln_vk_bind *out);
+/* The binding of `bytes` bytes at pool address addr (a backend-owned buffer). */
+kiln_status kiln__vk_bind_addr(kiln_vk_ctx *c, uintptr_t addr, size_t bytes, kiln_vk_bind *out);

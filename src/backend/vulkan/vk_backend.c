@@ -422,10 +422,16 @@ static kiln_status size_scratch(kiln_vk_ctx *c, kiln_graph *g, int32_t i0, int32
 }
 
 kiln_status kiln__vk_bind_scratch(kiln_vk_ctx *c, size_t bytes, kiln_vk_bind *out) {
-    kiln_vk_span sp;
-    if (bytes > c->scratch_bytes || !kiln__vk_pool_resolve(c->dev->pool, c->scratch, &sp))
+    if (bytes > c->scratch_bytes)
         return kiln__error(KILN_E_INTERNAL, "vulkan: the scratch buffer holds %zu bytes, %zu needed",
                            c->scratch_bytes, bytes);
+    return kiln__vk_bind_addr(c, c->scratch, bytes, out);
+}
+
+kiln_status kiln__vk_bind_addr(kiln_vk_ctx *c, uintptr_t addr, size_t bytes, kiln_vk_bind *out) {
+    kiln_vk_span sp;
+    if (!kiln__vk_pool_resolve(c->dev->pool, addr, &sp))
+        return kiln__error(KILN_E_INTERNAL, "vulkan: address %#llx is not in the pool", (unsigned long long)addr);
     VkDeviceSize aligned = sp.offset - sp.offset % c->dev->min_offset;
     out->buffer = sp.buffer;
     out->offset = aligned;
@@ -531,9 +537,7 @@ static void vk_destroy(kiln_backend *b) {
     }
     kiln__dealloc(c->key);
     kiln__dealloc(c->weights);
-    for (int32_t i = 0; i < c->n_rope_tables; i++)
-        kiln__dealloc(c->rope_tables[i].freqs);
-    kiln__dealloc(c->rope_tables);
+    kiln__dealloc(c->rope_tables); /* their buffers went with the pool */
     kiln__dealloc(c);
     kiln__dealloc(b);
 }
@@ -705,6 +709,10 @@ void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uin
     const kiln_vk_ctx *c = b->iface == &vk_iface ? b->context : NULL;
     *recorded = c ? c->n_recorded : 0;
     *replayed = c ? c->n_replayed : 0;
+}
+
+uint64_t kiln__backend_vulkan_submits(const kiln_backend *b) {
+    return b->iface == &vk_iface ? ((const kiln_vk_ctx *)b->context)->dev->submits : 0;
 }
 
 void kiln__backend_vulkan_pool_stats(const kiln_backend *b, kiln_vk_pool_stats *out) {

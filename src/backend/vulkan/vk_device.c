@@ -99,7 +99,8 @@ static kiln_status make_commands(kiln_vk_device *d) {
                                       .commandPool = d->cmd_pool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                       .commandBufferCount = 1};
-    if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->transfer_cmd)))
+    if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->transfer_cmd)) ||
+        (r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->pending_cmd)))
         return vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence)))
@@ -172,14 +173,59 @@ void kiln__vk_device_destroy(kiln_vk_device *d) {
     kiln__dealloc(d);
 }
 
+/* Whatever small uploads are pending, closed with a barrier that makes them visible to every later
+ * command; *n becomes 1, or stays 0 when nothing is pending. */
+static kiln_status close_pending(kiln_vk_device *d, uint32_t *n) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
+    VkResult r;
+    *n = 0;
+    if (!d->pending_open) return KILN_OK;
+    d->fn->vkCmdPipelineBarrier(d->pending_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    d->pending_open = false;
+    d->pending_bytes = 0;
+    if ((r = d->fn->vkEndCommandBuffer(d->pending_cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    *n = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence) {
     VkResult r;
-    VkSubmitInfo si = {
-        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    VkCommandBuffer cmds[2];
+    uint32_t n;
+    kiln_status s = close_pending(d, &n);
+    if (s) return s;
+    if (n) cmds[0] = d->pending_cmd;
+    if (cmd) cmds[n++] = cmd;
+    if (n == 0) return KILN_OK;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = n, .pCommandBuffers = cmds};
     if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return vk_fail(r, "vkResetFences");
     if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return vk_fail(r, "vkQueueSubmit");
+    d->submits++;
     if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX)))
         return vk_fail(r, "vkWaitForFences");
+    return KILN_OK;
+}
+
+/* Up to 64 KiB in whole words, recorded into the pending buffer (vkCmdUpdateBuffer's limits); false when
+ * the upload must take the staging ring. At most 1 MiB waits at a time. */
+static kiln_status defer_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size, bool *done) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkResult r;
+    *done = false;
+    if (size == 0 || size > 65536 || size % 4 || dst.offset % 4 || d->pending_bytes + size > ((size_t)1 << 20))
+        return KILN_OK;
+    if (!d->pending_open) {
+        if ((r = d->fn->vkResetCommandBuffer(d->pending_cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
+        if ((r = d->fn->vkBeginCommandBuffer(d->pending_cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+        d->pending_open = true;
+    }
+    d->fn->vkCmdUpdateBuffer(d->pending_cmd, dst.buffer, dst.offset, size, src);
+    d->pending_bytes += size;
+    *done = true;
     return KILN_OK;
 }
 
@@ -208,6 +254,9 @@ static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_of
 }
 
 kiln_status kiln__vk_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size) {
+    bool deferred;
+    kiln_status s0 = defer_upload(d, dst, src, size, &deferred);
+    if (s0 || deferred) return s0;
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
         kiln_status s;

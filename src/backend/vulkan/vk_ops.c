@@ -30,7 +30,6 @@
 #include "core/core.h"
 #include "tensor/types.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* ---- Support ---- */
@@ -271,9 +270,10 @@ static kiln_status record_softmax(kiln_vk_ctx *c, const kiln_tensor *n) {
     return kiln__vk_dispatch(c, KILN_VK_PIPE_SOFTMAX, b, pc, sizeof pc, (uint64_t)kiln__tensor_nrows(x), 1);
 }
 
-/* The frequencies of rope with this base and n_rot, computed as the CPU does (kiln__rope_freq), as a
- * constant leaf that kiln__vk_bind uploads once and finds again by its host address. */
-static kiln_status rope_freqs(kiln_vk_ctx *c, float base, int32_t n_rot, kiln_tensor *out) {
+/* The binding of rope's frequencies for this base and n_rot, computed as the CPU does (kiln__rope_freq)
+ * and uploaded the first time they are needed. */
+static kiln_status rope_freqs(kiln_vk_ctx *c, float base, int32_t n_rot, kiln_vk_bind *out) {
+    size_t bytes = (size_t)(n_rot / 2) * sizeof(float);
     kiln_vk_rope_table *tab = NULL;
     for (int32_t i = 0; i < c->n_rope_tables && !tab; i++)
         if (c->rope_tables[i].base == base && c->rope_tables[i].n_rot == n_rot) tab = &c->rope_tables[i];
@@ -281,37 +281,33 @@ static kiln_status rope_freqs(kiln_vk_ctx *c, float base, int32_t n_rot, kiln_te
         kiln_vk_rope_table *grown =
             kiln__realloc_array(c->rope_tables, (size_t)c->n_rope_tables + 1, sizeof *grown);
         float *freqs = kiln__alloc_array((size_t)n_rot / 2, sizeof *freqs);
+        uintptr_t addr = 0;
+        kiln_vk_span sp;
+        kiln_status s = KILN_OK;
         if (grown) c->rope_tables = grown;
-        if (!grown || !freqs) {
-            kiln__dealloc(freqs);
-            return kiln__nomem("the Vulkan rope table");
-        }
-        for (int32_t i = 0; i < n_rot; i += 2)
+        if (!grown || !freqs) s = kiln__nomem("the Vulkan rope table");
+        for (int32_t i = 0; !s && i < n_rot; i += 2)
             freqs[i / 2] = kiln__rope_freq(base, i, n_rot);
+        if (!s && !(s = kiln__vk_pool_alloc(c->dev->pool, bytes, &addr)) &&
+            kiln__vk_pool_resolve(c->dev->pool, addr, &sp))
+            s = kiln__vk_upload(c->dev, sp, freqs, bytes);
+        kiln__dealloc(freqs);
+        if (s) {
+            if (addr) kiln__vk_pool_free(c->dev->pool, addr);
+            return s;
+        }
         tab = &c->rope_tables[c->n_rope_tables++];
-        *tab = (kiln_vk_rope_table){base, n_rot, freqs};
+        *tab = (kiln_vk_rope_table){base, n_rot, addr};
     }
-    memset(out, 0, sizeof *out);
-    out->type = KILN_TYPE_F32;
-    out->n_dims = 1;
-    out->ne[0] = n_rot / 2;
-    out->ne[1] = out->ne[2] = out->ne[3] = 1;
-    out->nb[0] = 4;
-    out->nb[1] = out->nb[2] = out->nb[3] = 4 * (size_t)(n_rot / 2);
-    out->op = KILN_OP_NONE;
-    out->flags = KILN_TENSOR_CONST;
-    out->data = tab->freqs;
-    snprintf(out->name, sizeof out->name, "rope frequencies");
-    return KILN_OK;
+    return kiln__vk_bind_addr(c, tab->addr, bytes, out);
 }
 
 static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *x = n->src[0], *pos = n->src[1], *f = n->src[2];
-    kiln_tensor freqs;
-    kiln_status s = rope_freqs(c, n->fp[0], n->ip[0], &freqs);
-    const kiln_tensor *ts[KILN_VK_BINDINGS] = {x, pos, f, n, &freqs};
+    const kiln_tensor *ts[KILN_VK_BINDINGS] = {x, pos, f, n, NULL};
     kiln_vk_bind b[KILN_VK_BINDINGS];
-    if (s || (s = bind_all(c, ts, b))) return s;
+    kiln_status s;
+    if ((s = bind_all(c, ts, b)) || (s = rope_freqs(c, n->fp[0], n->ip[0], &b[4]))) return s;
     uint32_t pc[16] = {b[0].rem / 4,       b[1].rem / 4,       b[2].rem / 4,        b[3].rem / 4,
                        (uint32_t)x->ne[0], (uint32_t)x->ne[1], (uint32_t)x->ne[2],  (uint32_t)n->ip[0],
                        el(x->nb[1]),       el(x->nb[2]),       el(n->nb[1]),        el(n->nb[2]),

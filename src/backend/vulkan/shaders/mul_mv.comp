@@ -36,20 +36,20 @@ layout(push_constant) uniform P {
 #ifdef KILN_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-shared float part[MV_ROWS * MV_COLS][MV_SIZE];
-#else
-shared float part[MV_ROWS * MV_COLS][MV_SIZE];
 #endif
+shared float part[MV_ROWS * MV_COLS][MV_SIZE]; // per sum, one partial per invocation (or per subgroup)
 
 float acc[MV_ROWS * MV_COLS];
 
-// Sums acc[] over the workgroup into part[v][0].
-void reduce_all(uint t) {
+// Sums acc[r * MV_COLS + c] over the workgroup into part[..][0], for the rows and columns in use only
+// (nrows and ncols are uniform, so every invocation takes the same branches).
+void reduce_all(uint t, uint nrows, uint ncols) {
 #ifdef KILN_SUBGROUP
-    for (uint v = 0u; v < MV_ROWS * MV_COLS; v++) {
-        float s = subgroupAdd(acc[v]);
-        if (subgroupElect()) part[v][gl_SubgroupID] = s;
-    }
+    for (uint r = 0u; r < nrows; r++)
+        for (uint c = 0u; c < ncols; c++) {
+            float s = subgroupAdd(acc[r * MV_COLS + c]);
+            if (subgroupElect()) part[r * MV_COLS + c][gl_SubgroupID] = s;
+        }
     barrier();
     if (t < MV_ROWS * MV_COLS) {
         float s = 0.0;
@@ -58,11 +58,13 @@ void reduce_all(uint t) {
     }
     barrier();
 #else
-    for (uint v = 0u; v < MV_ROWS * MV_COLS; v++) part[v][t] = acc[v];
+    for (uint r = 0u; r < nrows; r++)
+        for (uint c = 0u; c < ncols; c++) part[r * MV_COLS + c][t] = acc[r * MV_COLS + c];
     barrier();
     for (uint s = MV_SIZE / 2u; s > 0u; s >>= 1) {
         if (t < s)
-            for (uint v = 0u; v < MV_ROWS * MV_COLS; v++) part[v][t] += part[v][t + s];
+            for (uint r = 0u; r < nrows; r++)
+                for (uint c = 0u; c < ncols; c++) part[r * MV_COLS + c][t] += part[r * MV_COLS + c][t + s];
         barrier();
     }
 #endif
@@ -112,7 +114,7 @@ void main() {
             }
         }
     }
-    reduce_all(t);
+    reduce_all(t, nrows, ncols);
     if (t < nrows * MV_COLS && t % MV_COLS < ncols) {
         uint r = t / MV_COLS, c = t % MV_COLS, row = p.n_base + n0 + r;
         float v = p.alpha * part[t][0];
