@@ -224,6 +224,7 @@ enum {
     KILN_VK_PIPE_CACHE_WRITE = KILN_VK_PIPE_ATTENTION + KILN_VK_KV_TYPES, /* likewise */
     KILN_VK_PIPE_CAST = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES,       /* likewise, to F32 */
     KILN_VK_PIPE_QUANTIZE = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* activations to q8 rows in the scratch */
+    KILN_VK_PIPE_ATTENTION_COMBINE, /* a split attention's parts (in the scratch) merged */
     KILN_VK_PIPE_MUL_MV, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
     KILN_VK_PIPE_MUL_MM = KILN_VK_PIPE_MUL_MV + KILN_VK_WEIGHT_TYPES,   /* likewise, tiled */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MUL_MM + KILN_VK_WEIGHT_TYPES, /* likewise */
@@ -275,7 +276,8 @@ typedef struct kiln_vk_ctx {
     kiln_vk_weight *weights;
     int32_t n_weights, cap_weights;
     uint64_t weight_bytes;
-    /* The scratch buffer: a quantized matmul's activations as q8 rows (quantize_q8.comp), reused by every
+    /* The scratch buffer: a quantized matmul's activations as q8 rows (quantize_q8.comp), or a split
+     * attention's parts (attention.comp, attention_combine.comp), reused by every
      * node of every recording (each dispatch is followed by a barrier). Sized before a range is recorded
      * (kiln__vk_scratch_bytes); growing it invalidates every recording, which names the old buffer. */
     uintptr_t scratch;

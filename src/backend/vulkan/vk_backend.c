@@ -637,7 +637,9 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
             (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)))
             return s;
-    if ((s = make_pipeline(c, KILN_VK_PIPE_QUANTIZE, "quantize_q8", -1))) return s;
+    if ((s = make_pipeline(c, KILN_VK_PIPE_QUANTIZE, "quantize_q8", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION_COMBINE, "attention_combine", -1)))
+        return s;
     for (int32_t t = 0; t < KILN_VK_WEIGHT_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_MUL_MV + t, "mul_mv", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_MUL_MM + t, "mul_mm", t)) ||

@@ -317,16 +317,29 @@ static kiln_status record_rope(kiln_vk_ctx *c, const kiln_tensor *n) {
                              ((uint64_t)kiln__tensor_nelements(x) + 255) / 256, 1);
 }
 
+/* How many parts attention splits its cells into: enough workgroups to fill a GPU (about 128) when few
+ * (head, token) rows see many cells (decode), each part at least one 64-cell chunk, at most 32 parts. */
+static int64_t attention_split(const kiln_tensor *n) {
+    const kiln_tensor *q = n->src[0], *k = n->src[1];
+    int64_t rows = q->ne[1] * q->ne[2], cells = k->type != KILN_TYPE_F32 ? k->ne[1] : k->ne[2];
+    int64_t want = (128 + rows - 1) / rows, chunks = (cells + 63) / 64;
+    return KILN__MAX(1, KILN__MIN(KILN__MIN(want, chunks), 32));
+}
+
 static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
     const kiln_tensor *ts[KILN_VK_BINDINGS] = {q, k, v, n, m};
-    kiln_vk_bind b[KILN_VK_BINDINGS];
+    kiln_vk_bind b[KILN_VK_BINDINGS], out;
     kiln_status s;
+    int64_t split = attention_split(n), rows = q->ne[1] * q->ne[2];
     if ((s = bind_all(c, ts, b))) return s;
+    out = b[3];
+    if (split > 1 && (s = kiln__vk_bind_scratch(c, kiln__vk_scratch_bytes(c, n), &b[3]))) return s;
     /* F32 [D, Hkv, C]: head hk at byte stride nb[1]; F16/Q8_0 rows [Hkv * D, C]: at element hk * D. */
-    bool rows = k->type != KILN_TYPE_F32;
-    int64_t hkv = rows ? k->ne[0] / q->ne[0] : k->ne[1];
-    uint32_t pc[21] = {b[0].rem / 4,
+    bool kv_rows = k->type != KILN_TYPE_F32;
+    int64_t hkv = kv_rows ? k->ne[0] / q->ne[0] : k->ne[1], cells = kv_rows ? k->ne[1] : k->ne[2];
+    int64_t per = ((cells + split - 1) / split + 63) / 64 * 64;
+    uint32_t pc[23] = {b[0].rem / 4,
                        (uint32_t)b[1].rem,
                        (uint32_t)b[2].rem,
                        b[4].rem / 4,
@@ -334,22 +347,30 @@ static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
                        (uint32_t)q->ne[0],
                        (uint32_t)q->ne[1],
                        (uint32_t)q->ne[2],
-                       (uint32_t)(rows ? k->ne[1] : k->ne[2]),
+                       (uint32_t)cells,
                        (uint32_t)(q->ne[1] / hkv),
                        el(q->nb[1]),
                        el(q->nb[2]),
-                       rows ? 0 : (uint32_t)k->nb[1],
-                       (uint32_t)(rows ? k->nb[1] : k->nb[2]),
-                       rows ? 0 : (uint32_t)v->nb[1],
-                       (uint32_t)(rows ? v->nb[1] : v->nb[2]),
+                       kv_rows ? 0 : (uint32_t)k->nb[1],
+                       (uint32_t)(kv_rows ? k->nb[1] : k->nb[2]),
+                       kv_rows ? 0 : (uint32_t)v->nb[1],
+                       (uint32_t)(kv_rows ? v->nb[1] : v->nb[2]),
                        el(m->nb[1]),
                        el(n->nb[1]),
                        el(n->nb[2]),
                        0,
-                       rows ? (uint32_t)q->ne[0] : 0};
+                       kv_rows ? (uint32_t)q->ne[0] : 0,
+                       (uint32_t)split,
+                       (uint32_t)per};
     memcpy(&pc[19], &n->fp[0], 4);
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION + kv_index(k->type), b, pc, sizeof pc,
-                             (uint64_t)(q->ne[1] * q->ne[2]), 1);
+    if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION + kv_index(k->type), b, pc, sizeof pc,
+                               (uint64_t)(rows * split), 1)) ||
+        split == 1)
+        return s;
+    kiln_vk_bind cb[KILN_VK_BINDINGS] = {b[3], {0}, {0}, out, {0}};
+    uint32_t cpc[8] = {b[3].rem / 4,       out.rem / 4,  (uint32_t)q->ne[0], (uint32_t)q->ne[1],
+                       (uint32_t)q->ne[2], (uint32_t)split, el(n->nb[1]),     el(n->nb[2])};
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION_COMBINE, cb, cpc, sizeof cpc, (uint64_t)rows, 1);
 }
 
 static kiln_status record_cache_write(kiln_vk_ctx *c, const kiln_tensor *n) {
@@ -402,10 +423,13 @@ static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
 #define MV_COLS 8
 #define MM_SHARED_BYTES 18432
 
-/* The bytes of x's q8 rows (quantize_q8.comp), per column K quants, K / 32 scales and K / 32 sums. */
+/* The scratch a node needs: a quantized matmul's x as q8 rows (quantize_q8.comp: per column K quants,
+ * K / 32 scales and K / 32 sums), or a split attention's parts. */
 size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *x = n->src[1];
     (void)c;
+    if (n->op == KILN_OP_ATTENTION && attention_split(n) > 1) /* each part's (m, l, acc[D]) */
+        return (size_t)(n->src[0]->ne[1] * n->src[0]->ne[2] * attention_split(n)) * (size_t)(n->src[0]->ne[0] + 2) * 4;
     if ((n->op != KILN_OP_MATMUL && n->op != KILN_OP_LINEAR) || type_index(n->src[0]->type) < 2) return 0;
     return (size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(x->ne[0] + x->ne[0] / 32 * 8);
 }

@@ -11,6 +11,10 @@
 // i % 64, D <= 256) rescaled by exp(m_old - m_new) whenever a chunk raises the maximum; the output is
 // acc / l. So any number of cells fits (no scores are kept beyond a chunk), at the cost of the CPU's exact
 // order of operations: results differ from it in rounding only (test_backend_ops states the tolerance).
+//
+// Split over the cells (flash-decoding): with few (h, t) rows and many cells, `split` workgroups per row
+// each take `per` consecutive cells and write their (m, l, acc[D]) to the scratch (binding 3) instead of
+// the output; attention_combine.comp then merges the parts of each row.
 #include "common.glsl"
 #define CHUNK 64u
 layout(local_size_x = 64) in;
@@ -27,7 +31,7 @@ layout(push_constant) uniform P {
     uint k_nb1, k_nb2, v_nb1, v_nb2;
     uint m_nb1, d_nb1, d_nb2;
     float scale;
-    uint head_el;
+    uint head_el, split, per;
 } p;
 
 // Element e of the K (or V) row at byte `row`.
@@ -74,8 +78,9 @@ float chunk_sum(uint t, float x) {
 }
 
 void main() {
-    uint r = wg_index(), t = gl_LocalInvocationID.x;
-    if (r >= p.Hq * p.T) return; // uniform: the whole workgroup
+    uint w = wg_index(), t = gl_LocalInvocationID.x, r = w % (p.Hq * p.T), part_i = w / (p.Hq * p.T);
+    if (part_i >= p.split) return; // uniform: the whole workgroup
+    uint c_begin = part_i * p.per, c_end = min(p.C, c_begin + p.per);
     uint h = r % p.Hq, tok = r / p.Hq, hk = h / p.group;
     uint qr = p.off_q + h * p.q_nb1 + tok * p.q_nb2, mr = p.off_m + tok * p.m_nb1;
     uint dr = p.off_d + h * p.d_nb1 + tok * p.d_nb2;
@@ -83,10 +88,10 @@ void main() {
     barrier();
     float ninf = uintBitsToFloat(0xff800000u), m = ninf, l = 0.0;
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
-    for (uint c0 = 0u; c0 < p.C; c0 += CHUNK) {
+    for (uint c0 = c_begin; c0 < c_end; c0 += CHUNK) {
         uint j = c0 + t;
         float s = ninf;
-        if (j < p.C) {
+        if (j < c_end) {
             float mk = mask[mr + j];
             if (!(isinf(mk) && mk < 0.0)) {
                 uint kr = p.off_k + hk * p.k_nb1 + j * p.k_nb2;
@@ -102,7 +107,7 @@ void main() {
         float rescale = isinf(m) && m < 0.0 ? 0.0 : exp(m - mc);
         l = l * rescale + chunk_sum(t, e); // chunk_sum's barriers also publish probs[]
         m = mc;
-        uint n = min(CHUNK, p.C - c0);
+        uint n = min(CHUNK, c_end - c0);
         for (uint a = 0u; a < 4u; a++) {
             uint i = t + CHUNK * a;
             if (i >= p.D) break;
@@ -112,6 +117,16 @@ void main() {
             acc[a] = sum;
         }
         barrier(); // probs[] is rewritten by the next chunk
+    }
+    if (p.split > 1u) { // this part's (m, l, acc[D]) at row r, part part_i of the scratch
+        uint o = p.off_d + (r * p.split + part_i) * (p.D + 2u);
+        if (t == 0u) {
+            d[o] = m;
+            d[o + 1u] = l;
+        }
+        for (uint a = 0u; a < 4u; a++)
+            if (t + CHUNK * a < p.D) d[o + 2u + t + CHUNK * a] = acc[a];
+        return;
     }
     for (uint a = 0u; a < 4u; a++) {
         uint i = t + CHUNK * a;
