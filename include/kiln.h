@@ -196,6 +196,14 @@ typedef void (*kiln_quantize_progress_fn)(void *user, int64_t index, int64_t cou
 kiln_status kiln_quantize_file(const char *in, const char *out, const kiln_quantize_params *params,
                                kiln_quantize_progress_fn progress, void *user);
 
+/* The type each tensor of a model gets in a mix, exactly as kiln_quantize_file chooses it, for writers that
+ * make a quantized file directly (`kiln synth`). Reads the name, type, n_dims and ne of `count` tensors in
+ * file order; n_gqa is the model's attention heads per KV head (values below 1 mean 1). types[i] receives
+ * tensor i's type: its own type for the tensors a mix copies as they are (1-D, not named "*weight"). */
+struct kiln_tensor_info;
+kiln_status kiln_quant_mix_types(kiln_quant_mix mix, const struct kiln_tensor_info *tensors, int64_t count,
+                                 int64_t n_gqa, kiln_type *types);
+
 /* ---------------------------------------------------------------------------------------------------
  * GGUF files (versions 2 and 3): reading, validated field by field, with the data section mapped
  * read-only and used in place; and writing.
