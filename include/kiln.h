@@ -475,7 +475,15 @@ typedef struct kiln_model_params {
                               * and kiln_model_device_note says why (docs/vulkan.md). */
     kiln_progress_fn progress; /* weight preparation progress, or NULL */
     void *progress_user;
+    int32_t gpu_layers; /* partial offload (llama.cpp's -ngl): the backends before the CPU run only the last
+                         * gpu_layers layers (their nodes, weights and KV cache) and the output head; the CPU
+                         * runs the embeddings and the layers before. 0 (the default), or at least the layer
+                         * count: everything; KILN_GPU_LAYERS_NONE: nothing; KILN_GPU_LAYERS_AUTO: as many
+                         * as fit in the first device's memory (docs/runtime.md, Partial offload). */
 } kiln_model_params;
+
+#define KILN_GPU_LAYERS_NONE (-1)
+#define KILN_GPU_LAYERS_AUTO (-2)
 
 /* Defaults: every field zero or NULL. */
 kiln_model_params kiln_model_params_default(void);
