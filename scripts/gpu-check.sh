@@ -12,7 +12,7 @@
 #                                           every check, within --budget seconds
 #
 # The checks, in order: `kiln devices`; the goldens on the device (greedy text of `kiln run --device vulkan`
-# against the CPU's, and test_arch's architectures on the device); test_backend_ops; test_vulkan; `kiln
+# against the CPU's, whole and with 2 of 5 layers offloaded, and test_arch's architectures on the device); test_backend_ops; test_vulkan; `kiln
 # synth` of the four TinyLlama-shaped files (F16, Q8_0, Q4_0, Q4_K_M) and a Llama-2-7B-shaped Q4_0 on every
 # core; `kiln bench --device vulkan` and `llama-bench -ngl 99` on each file in turn, pp512 and tg128, ending in
 # one table (scripts/gpu_check_table.py) with decode as a share of --bandwidth; `kiln batched-bench --device
@@ -173,13 +173,19 @@ llama_bench() { LD_LIBRARY_PATH=$LCP "$LCP/llama-bench" "$@"; }
 # llama.cpp's Vulkan backend skips CPU devices (lavapipe) unless they are named.
 [ "$QUICK" = 1 ] && export GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0}
 
+# Greedy text on the device, whole and with the last 2 of 5 layers (partial offload), against the CPU's.
 goldens() {
-    local cpu gpu m=$ROOT/models/stories260K.gguf
+    local cpu gpu n m=$ROOT/models/stories260K.gguf
     cpu=$(kiln run -m "$m" -p "Once upon a time" -n 64 --temp 0 --device cpu 2>/dev/null) || return 1
-    gpu=$(kiln run -m "$m" -p "Once upon a time" -n 64 --temp 0 --device vulkan 2>/dev/null) || return 1
-    [ "$cpu" = "$gpu" ] && { echo "greedy text on vulkan = on the CPU (64 tokens)"; return 0; }
-    printf 'greedy text differs\ncpu:    %s\nvulkan: %s\n' "$cpu" "$gpu"
-    return 1
+    for n in all 2; do
+        gpu=$(kiln run -m "$m" -p "Once upon a time" -n 64 --temp 0 --device vulkan --gpu-layers $n 2>/dev/null) ||
+            return 1
+        if [ "$cpu" != "$gpu" ]; then
+            printf 'greedy text differs (--gpu-layers %s)\ncpu:    %s\nvulkan: %s\n' $n "$cpu" "$gpu"
+            return 1
+        fi
+        echo "greedy text on vulkan, --gpu-layers $n = on the CPU (64 tokens)"
+    done
 }
 
 synth_all() {

@@ -55,7 +55,7 @@ def share(tps, bytes_per_token, gbs):
 
 
 def main(argv):
-    if len(argv) < 4:
+    if len(argv) < 3:
         sys.stderr.write(__doc__)
         return 2
     root, gbs, names = argv[1], float(argv[2]), argv[3:]
