@@ -86,7 +86,8 @@ static void stream_values(uint64_t s0, uint64_t e0, size_t n, float *out) {
         normal_pair(&s, &a, &b);
         out[k++] = b;
     }
-    for (; k + 1 < n; k += 2) normal_pair(&s, &out[k], &out[k + 1]);
+    for (; k + 1 < n; k += 2)
+        normal_pair(&s, &out[k], &out[k + 1]);
     if (k < n) {
         normal_pair(&s, &a, &b);
         out[k] = a;
@@ -120,10 +121,14 @@ static kiln_status make_row(const synth_work *w, int64_t r, float *row) {
     int64_t n = w->t->ne[0];
     bool norm = w->t->n_dims == 1;
     void *dst = w->dst + (size_t)r * w->row_bytes;
-    if (norm) for (int64_t i = 0; i < n; i++) row[i] = 1.0f;
-    else stream_values(w->s0, (uint64_t)r * (uint64_t)n, (size_t)n, row);
+    if (norm)
+        for (int64_t i = 0; i < n; i++)
+            row[i] = 1.0f;
+    else
+        stream_values(w->s0, (uint64_t)r * (uint64_t)n, (size_t)n, row);
     if (w->st->quantized && !norm)
-        for (int64_t i = 0; i < n; i++) row[i] = kiln_fp16_to_fp32(kiln_fp32_to_fp16(row[i]));
+        for (int64_t i = 0; i < n; i++)
+            row[i] = kiln_fp16_to_fp32(kiln_fp32_to_fp16(row[i]));
     if (type == KILN_TYPE_F32) {
         memcpy(dst, row, (size_t)n * sizeof *row);
         return KILN_OK;
@@ -141,7 +146,8 @@ static void *work_rows(void *arg) {
     }
     for (int64_t r = w->r0; r < w->r1 && !w->status; r++)
         if ((w->status = make_row(w, r, row)))
-            snprintf(w->error, sizeof w->error, "tensor '%s' row %lld: %s", w->t->name, (long long)r, kiln_last_error());
+            snprintf(w->error, sizeof w->error, "tensor '%s' row %lld: %s", w->t->name, (long long)r,
+                     kiln_last_error());
     free(row);
     return NULL;
 }
@@ -156,13 +162,22 @@ static kiln_status fill(void *user, int64_t index, void *dst, size_t size) {
     pthread_t tid[256];
     kiln_status s = KILN_OK;
     for (int k = 0; k < n; k++)
-        work[k] = (synth_work){st, t, st->seed ^ (0x632be59bd9b4e019ULL * (uint64_t)(index + 1)), dst,
-                               size / (size_t)rows, rows * k / n, rows * (k + 1) / n, KILN_OK, ""};
+        work[k] = (synth_work){st,
+                               t,
+                               st->seed ^ (0x632be59bd9b4e019ULL * (uint64_t)(index + 1)),
+                               dst,
+                               size / (size_t)rows,
+                               rows * k / n,
+                               rows * (k + 1) / n,
+                               KILN_OK,
+                               ""};
     for (int k = 1; k < n; k++, started++)
         if (pthread_create(&tid[k], NULL, work_rows, &work[k])) break;
     work_rows(&work[0]);
-    for (int k = started + 1; k < n; k++) work_rows(&work[k]); /* rows no thread could take */
-    for (int k = 1; k <= started; k++) pthread_join(tid[k], NULL);
+    for (int k = started + 1; k < n; k++)
+        work_rows(&work[k]); /* rows no thread could take */
+    for (int k = 1; k <= started; k++)
+        pthread_join(tid[k], NULL);
     for (int k = 0; k < n && !s; k++)
         if ((s = work[k].status)) snprintf(st->error, sizeof st->error, "%s", work[k].error);
     if (s) return s;
@@ -173,16 +188,18 @@ static kiln_status fill(void *user, int64_t index, void *dst, size_t size) {
 
 static int parse_shape(const char *name, synth_shape *sh) {
     if (!strcmp(name, "tinyllama-1.1b")) *sh = (synth_shape){2048, 22, 32, 4, 5632, 2048};
-    else if (!strcmp(name, "llama2-7b")) *sh = (synth_shape){4096, 32, 32, 32, 11008, 4096};
+    else if (!strcmp(name, "llama2-7b"))
+        *sh = (synth_shape){4096, 32, 32, 32, 11008, 4096};
     else if (!strcmp(name, "stories260k")) *sh = (synth_shape){64, 5, 8, 4, 172, 2048};
-    else return cli_usage_error("synth", "unknown shape '%s' (tinyllama-1.1b, llama2-7b, stories260k)", name);
+    else
+        return cli_usage_error("synth", "unknown shape '%s' (tinyllama-1.1b, llama2-7b, stories260k)", name);
     return CLI_OK;
 }
 
 typedef struct synth_options {
     synth_shape shape;
     const char *type_name, *vocab, *output, *shape_name;
-    kiln_type type;      /* of the matrices: F32, F16 or BF16 (the source type when mix is set) */
+    kiln_type type; /* of the matrices: F32, F16 or BF16 (the source type when mix is set) */
     bool is_mix;
     kiln_quant_mix mix;
     uint64_t seed;
@@ -192,11 +209,14 @@ typedef struct synth_options {
 /* --type: a float type, or a mix, which is made from F16 values. */
 static int parse_type(synth_options *o) {
     o->type = KILN_TYPE_F16;
-    if (!strcmp(o->type_name, "f32")) o->type = KILN_TYPE_F32;
-    else if (!strcmp(o->type_name, "bf16")) o->type = KILN_TYPE_BF16;
+    if (!strcmp(o->type_name, "f32"))
+        o->type = KILN_TYPE_F32;
+    else if (!strcmp(o->type_name, "bf16"))
+        o->type = KILN_TYPE_BF16;
     else if (strcmp(o->type_name, "f16")) {
         if (kiln_quant_mix_parse(o->type_name, &o->mix))
-            return cli_usage_error("synth", "--type must be f32, f16, bf16 or a quantization mix, not '%s' (%s)",
+            return cli_usage_error("synth",
+                                   "--type must be f32, f16, bf16 or a quantization mix, not '%s' (%s)",
                                    o->type_name, kiln_last_error());
         o->is_mix = true;
     }
@@ -231,7 +251,8 @@ static int parse(int argc, char **argv, synth_options *o) {
         else if (!strcmp(a, "--type")) ok = cli_arg_str("synth", argc, argv, &i, &o->type_name);
         else if (!strcmp(a, "--vocab")) ok = cli_arg_str("synth", argc, argv, &i, &o->vocab);
         else if (!strcmp(a, "--seed")) ok = cli_arg_u64("synth", argc, argv, &i, &o->seed);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_arg_int("synth", argc, argv, &i, 1, 256, &o->n_threads);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            ok = cli_arg_int("synth", argc, argv, &i, 1, 256, &o->n_threads);
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = cli_arg_str("synth", argc, argv, &i, &o->output);
         else return cli_usage_error("synth", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
@@ -280,7 +301,8 @@ static kiln_status add_metadata(kiln_gguf_writer *w, const synth_options *o, con
         (s = add_u32(w, "llama.attention.head_count_kv", (uint32_t)sh->n_head_kv)) ||
         (s = add_u32(w, "llama.rope.dimension_count", (uint32_t)(sh->n_embd / sh->n_head))) ||
         (s = kiln_gguf_writer_add_scalar(w, "llama.rope.freq_base", KILN_GGUF_FLOAT32, &base)) ||
-        (s = kiln_gguf_writer_add_scalar(w, "llama.attention.layer_norm_rms_epsilon", KILN_GGUF_FLOAT32, &eps)))
+        (s = kiln_gguf_writer_add_scalar(w, "llama.attention.layer_norm_rms_epsilon", KILN_GGUF_FLOAT32,
+                                         &eps)))
         return s;
     for (int64_t i = 0; i < kiln_gguf_kv_count(vocab); i++)
         if (!strncmp(kiln_gguf_kv_key(vocab, i), "tokenizer.", 10) && (s = kiln_gguf_writer_copy_kv(w, vocab, i)))
@@ -299,18 +321,18 @@ static int64_t describe_tensors(const synth_shape *sh, int64_t n_vocab, kiln_typ
     static const char *const layer_names[9] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
     int64_t layer_shapes[9][2] = {{E, 1}, {E, E}, {E, Ekv}, {E, Ekv}, {E, E}, {E, 1}, {E, F}, {E, F}, {F, E}};
-#define ADD(nd, a, b, ...)                                                                                 \
-    do {                                                                                                   \
-        snprintf(names[n], 64, __VA_ARGS__);                                                               \
-        tensors[n] = (kiln_tensor_info){.name = names[n], .type = (nd) == 1 ? KILN_TYPE_F32 : t,           \
-                                        .n_dims = (nd), .ne = {a, b, 1, 1}};                               \
-        n++;                                                                                               \
+#define ADD(nd, a, b, ...)                                                                                   \
+    do {                                                                                                     \
+        snprintf(names[n], 64, __VA_ARGS__);                                                                 \
+        tensors[n] = (kiln_tensor_info){                                                                     \
+            .name = names[n], .type = (nd) == 1 ? KILN_TYPE_F32 : t, .n_dims = (nd), .ne = {a, b, 1, 1}};    \
+        n++;                                                                                                 \
     } while (0)
     ADD(2, E, n_vocab, "token_embd.weight");
     for (long il = 0; il < sh->n_layer; il++)
         for (int k = 0; k < 9; k++)
-            ADD(layer_shapes[k][1] == 1 ? 1 : 2, layer_shapes[k][0], layer_shapes[k][1], "blk.%ld.%s.weight", il,
-                layer_names[k]);
+            ADD(layer_shapes[k][1] == 1 ? 1 : 2, layer_shapes[k][0], layer_shapes[k][1], "blk.%ld.%s.weight",
+                il, layer_names[k]);
     ADD(1, E, 1, "output_norm.weight");
     ADD(2, E, n_vocab, "output.weight");
 #undef ADD
@@ -321,7 +343,8 @@ static int64_t describe_tensors(const synth_shape *sh, int64_t n_vocab, kiln_typ
 static kiln_status add_tensors(kiln_gguf_writer *w, const synth_options *o, int64_t count, synth_state *st) {
     kiln_type *types = calloc((size_t)count, sizeof *types);
     kiln_status s = types ? KILN_OK : KILN_E_NOMEM;
-    if (!s && o->is_mix) s = kiln_quant_mix_types(o->mix, st->tensors, count, o->shape.n_head / o->shape.n_head_kv, types);
+    if (!s && o->is_mix)
+        s = kiln_quant_mix_types(o->mix, st->tensors, count, o->shape.n_head / o->shape.n_head_kv, types);
     for (int64_t i = 0; !s && i < count; i++) {
         kiln_tensor_info *t = &st->tensors[i];
         size_t row;
@@ -355,18 +378,22 @@ int cmd_synth(int argc, char **argv) {
     names = calloc(n_names, sizeof *names);
     st.tensors = calloc(n_names, sizeof *st.tensors);
     if (tok < 0 || kiln_gguf_kv_type(vocab, tok) != KILN_GGUF_ARRAY) rc = cli_usage_error("synth", "'%s' has no tokenizer.ggml.tokens", o.vocab);
-    else if (!names || !st.tensors) rc = cli_fail("synth", KILN_E_NOMEM, "allocating names");
+    else if (!names || !st.tensors)
+        rc = cli_fail("synth", KILN_E_NOMEM, "allocating names");
     else {
         count = describe_tensors(&o.shape, (int64_t)kiln_gguf_arr_len(vocab, tok), o.type, names, st.tensors);
-        if ((s = kiln_gguf_writer_create(&w)) || (s = add_metadata(w, &o, vocab)) || (s = add_tensors(w, &o, count, &st)))
+        if ((s = kiln_gguf_writer_create(&w)) || (s = add_metadata(w, &o, vocab)) ||
+            (s = add_tensors(w, &o, count, &st)))
             rc = cli_fail("synth", s, "describing the model");
     }
     if (!rc) {
         kiln_gguf_writer_set_fill(w, fill, &st);
         s = kiln_gguf_writer_write_file(w, o.output);
         if (st.progress) fputc('\n', stderr);
-        if (s && st.error[0]) rc = (fprintf(stderr, "kiln synth: %s\n", st.error), CLI_FAIL);
-        else if (s) rc = cli_fail("synth", s, "writing the model");
+        if (s && st.error[0])
+            rc = (fprintf(stderr, "kiln synth: %s\n", st.error), CLI_FAIL);
+        else if (s)
+            rc = cli_fail("synth", s, "writing the model");
     }
     if (!rc)
         fprintf(stderr, "kiln synth: wrote %s (%.3f GB of weights, %s) in %.1f s on %d threads\n", o.output,

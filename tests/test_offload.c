@@ -74,8 +74,8 @@ static void check_offload(const char *devices, int32_t n, int want_splits) {
     CHECK(g.n_ids >= g.n_prompt + got); /* the golden's ids are the prompt's, then the generated */
     for (size_t i = 0; i < got && g.n_prompt + i < g.n_ids; i++)
         if (ids[i] != g.ids[g.n_prompt + i]) {
-            harness_fail(__FILE__, __LINE__, "%s, gpu_layers %d: id %zu is %d, the golden's %d", devices, n, i,
-                         ids[i], g.ids[g.n_prompt + i]);
+            harness_fail(__FILE__, __LINE__, "%s, gpu_layers %d: id %zu is %d, the golden's %d", devices, n,
+                         i, ids[i], g.ids[g.n_prompt + i]);
             break;
         }
     printf("  %-14.14s gpu_layers %2d: 32 ids as the golden, decode in %d splits\n", devices, n, splits);

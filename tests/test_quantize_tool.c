@@ -246,7 +246,7 @@ static void nan_and_infinite_scales_give_defined_output_not_a_crash(void) {
 /* kiln_quant_mix_types (what `kiln synth` writes a mix with) chooses what the quantizer's own loop chooses,
  * tensor by tensor, for a whole model; bad arguments are named errors. */
 static void the_public_mix_types_follow_the_quantizers_choices(void) {
-    static const kiln_quant_mix all[] = {KILN_MIX_Q4_0, KILN_MIX_Q8_0, KILN_MIX_Q2_K, KILN_MIX_Q3_K_M,
+    static const kiln_quant_mix all[] = {KILN_MIX_Q4_0,   KILN_MIX_Q8_0,   KILN_MIX_Q2_K,   KILN_MIX_Q3_K_M,
                                          KILN_MIX_Q4_K_S, KILN_MIX_Q4_K_M, KILN_MIX_Q5_K_M, KILN_MIX_Q6_K};
     kiln_gguf *g = NULL;
     CHECK_OK(kiln_gguf_open(KILN_MODEL_PATH, &g));
@@ -254,14 +254,16 @@ static void the_public_mix_types_follow_the_quantizers_choices(void) {
     int64_t n = kiln_gguf_tensor_count(g);
     kiln_tensor_info *t = calloc((size_t)n, sizeof *t);
     kiln_type *types = calloc((size_t)n, sizeof *types);
-    for (int64_t i = 0; i < n; i++) CHECK_OK(kiln_gguf_tensor_info(g, i, &t[i]));
+    for (int64_t i = 0; i < n; i++)
+        CHECK_OK(kiln_gguf_tensor_info(g, i, &t[i]));
     for (size_t m = 0; m < sizeof all / sizeof all[0]; m++) {
         kiln__mix_state st;
         kiln__mix_state_init(&st, g);
         CHECK_OK(kiln_quant_mix_types(all[m], t, n, st.n_gqa, types));
         for (int64_t i = 0; i < n; i++) {
             bool q;
-            CHECK_EQ_INT(types[i], kiln__mix_choose(all[m], &st, t[i].name, t[i].type, t[i].n_dims, t[i].ne, &q));
+            CHECK_EQ_INT(types[i],
+                         kiln__mix_choose(all[m], &st, t[i].name, t[i].type, t[i].n_dims, t[i].ne, &q));
         }
     }
     CHECK_EQ_INT(kiln_quant_mix_types(KILN_MIX_Q4_0, NULL, n, 1, types), KILN_E_INVALID_ARG);

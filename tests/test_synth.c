@@ -101,7 +101,8 @@ static void a_mix_written_directly_is_the_quantizers_file_of_the_f16_model(void)
     char cmd[1024];
     CHECK_EQ_INT(sh("'%s' synth " KQUANT " -t 2 -o '%s' 2>/dev/null", KILN_CLI_PATH, f16), 0);
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
-        snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s >/dev/null 2>&1", KILN_CLI_PATH, f16, ref, mixes[i]);
+        snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s >/dev/null 2>&1", KILN_CLI_PATH, f16, ref,
+                 mixes[i]);
         CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 0);
         snprintf(cmd, sizeof cmd, "'%s' synth " KQUANT " --type %s -t 3 -o '%s' 2>/dev/null", KILN_CLI_PATH,
                  mixes[i], direct);

@@ -52,7 +52,9 @@ void kiln__graph_reset(kiln_graph *g) {
     g->layer = -1;
 }
 
-void kiln__graph_set_layer(kiln_graph *g, int32_t layer) { g->layer = layer < 0 ? -1 : layer; }
+void kiln__graph_set_layer(kiln_graph *g, int32_t layer) {
+    g->layer = layer < 0 ? -1 : layer;
+}
 
 kiln_status kiln__graph_status(const kiln_graph *g) { return g->status; }
 

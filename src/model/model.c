@@ -48,7 +48,8 @@ static kiln_status load(kiln_model *m, const char *path) {
  * embeddings. */
 static kiln_engine_layers layer_sizes(const kiln_model *m) {
     kiln_engine_layers l = {m->hp.n_layer, 0, 0, 0};
-    uint64_t kv = (uint64_t)m->hp.n_ctx_train * 2u * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 4u;
+    uint64_t kv =
+        (uint64_t)m->hp.n_ctx_train * 2u * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 4u;
     bool tied = kiln_gguf_find_tensor(m->gguf, "output.weight") < 0;
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         char prefix[32];
@@ -56,15 +57,18 @@ static kiln_engine_layers layer_sizes(const kiln_model *m) {
         int n = snprintf(prefix, sizeof prefix, "blk.%d.", il);
         for (int64_t i = 0; i < kiln_gguf_tensor_count(m->gguf); i++) {
             kiln_tensor_info t;
-            if (!kiln_gguf_tensor_info(m->gguf, i, &t) && !strncmp(t.name, prefix, (size_t)n)) bytes += t.size;
+            if (!kiln_gguf_tensor_info(m->gguf, i, &t) && !strncmp(t.name, prefix, (size_t)n))
+                bytes += t.size;
         }
         l.layer_bytes = KILN__MAX(l.layer_bytes, bytes);
     }
     for (int64_t i = 0; i < kiln_gguf_tensor_count(m->gguf); i++) {
         kiln_tensor_info t;
         if (kiln_gguf_tensor_info(m->gguf, i, &t)) continue;
-        if (!strncmp(t.name, "output", 6) || (tied && !strcmp(t.name, "token_embd.weight"))) l.head_bytes += t.size;
-        if (!strncmp(t.name, "token_embd", 10) || !strncmp(t.name, "position_embd", 13)) l.embd_bytes += t.size;
+        if (!strncmp(t.name, "output", 6) || (tied && !strcmp(t.name, "token_embd.weight")))
+            l.head_bytes += t.size;
+        if (!strncmp(t.name, "token_embd", 10) || !strncmp(t.name, "position_embd", 13))
+            l.embd_bytes += t.size;
     }
     kiln__error_clear();
     return l;

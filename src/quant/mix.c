@@ -91,24 +91,29 @@ void kiln__mix_state_init(kiln__mix_state *st, const kiln_gguf *gguf) {
     }
 }
 
-kiln_status kiln_quant_mix_types(kiln_quant_mix mix, const kiln_tensor_info *tensors, int64_t count, int64_t n_gqa,
-                                 kiln_type *types) {
+kiln_status kiln_quant_mix_types(kiln_quant_mix mix, const kiln_tensor_info *tensors, int64_t count,
+                                 int64_t n_gqa, kiln_type *types) {
     kiln__mix_state st;
-    if ((!tensors || !types) && count > 0) return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: NULL argument");
-    if (count < 0) return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: negative tensor count %lld", (long long)count);
+    if ((!tensors || !types) && count > 0)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: NULL argument");
+    if (count < 0)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: negative tensor count %lld",
+                           (long long)count);
     if (kiln__mix_base_type(mix) == KILN_TYPE_F32)
         return kiln__error(KILN_E_INVALID_ARG, "unknown quantization mix %d", (int)mix);
     memset(&st, 0, sizeof st);
     st.n_gqa = n_gqa > 0 ? n_gqa : 1;
     for (int64_t i = 0; i < count; i++) {
         if (!tensors[i].name || tensors[i].n_dims < 1 || tensors[i].n_dims > 4)
-            return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: tensor %lld has no name or %d dimensions",
-                               (long long)i, (int)tensors[i].n_dims);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "kiln_quant_mix_types: tensor %lld has no name or %d dimensions", (long long)i,
+                               (int)tensors[i].n_dims);
         mix_state_count(&st, tensors[i].name);
     }
     for (int64_t i = 0; i < count; i++) {
         bool quantize;
-        types[i] = kiln__mix_choose(mix, &st, tensors[i].name, tensors[i].type, tensors[i].n_dims, tensors[i].ne, &quantize);
+        types[i] = kiln__mix_choose(mix, &st, tensors[i].name, tensors[i].type, tensors[i].n_dims,
+                                    tensors[i].ne, &quantize);
     }
     return KILN_OK;
 }

@@ -41,7 +41,8 @@ struct kiln_ctx {
     int32_t n_batch;     /* most tokens per batch */
     int32_t n_seq_max;
     kiln_kv_cells cells;
-    kiln_buffer kv; /* layers kv_first .. L - 1: [L - kv_first][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_buffer
+        kv; /* layers kv_first .. L - 1: [L - kv_first][K|V][n_ctx rows of Hkv * D elements of kv_type] */
     kiln_buffer kv_host; /* layers 0 .. kv_first - 1, in host memory, when kv is on a device that runs only
                           * the last layers (partial offload); else empty */
     int32_t kv_first;

@@ -71,7 +71,8 @@ static kiln_status alloc_kv(kiln_ctx *c, size_t layer_bytes) {
     c->kv_first = b == c->engine->cpu ? 0 : KILN__MIN(c->engine->first_layer, L);
     s = kiln__backend_buffer_alloc(b, layer_bytes * (size_t)(L - c->kv_first), &c->kv);
     if (!s) s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size);
-    if (!s && c->kv_first > 0) s = kiln__backend_buffer_alloc(c->engine->cpu, layer_bytes * (size_t)c->kv_first, &c->kv_host);
+    if (!s && c->kv_first > 0)
+        s = kiln__backend_buffer_alloc(c->engine->cpu, layer_bytes * (size_t)c->kv_first, &c->kv_host);
     if (!s && c->kv_first > 0) s = kiln__buffer_memset(&c->kv_host, 0, 0, c->kv_host.size);
     return s;
 }

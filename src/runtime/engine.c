@@ -108,21 +108,22 @@ static int32_t auto_layers(kiln_engine *e, const kiln_engine_layers *l) {
 static kiln_status resolve_layers(kiln_engine *e, const kiln_model_params *p, const kiln_engine_layers *l) {
     int32_t n = p->gpu_layers;
     if (n < KILN_GPU_LAYERS_AUTO)
-        return kiln__error(KILN_E_INVALID_ARG, "gpu_layers %d is not a layer count, KILN_GPU_LAYERS_NONE or _AUTO", n);
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "gpu_layers %d is not a layer count, KILN_GPU_LAYERS_NONE or _AUTO", n);
     e->first_layer = 0;
     if (n == 0 || e->n_backends == 1) return KILN_OK;
     if (n == KILN_GPU_LAYERS_AUTO) {
         n = auto_layers(e, l);
         size_t used = strlen(e->note);
-        snprintf(e->note + used, sizeof e->note - used, "%sgpu layers auto: %d of %d on %s", used ? "; " : "", n,
-                 l->n_layer, kiln__backend_name(e->backends[0]));
+        snprintf(e->note + used, sizeof e->note - used, "%sgpu layers auto: %d of %d on %s", used ? "; " : "",
+                 n, l->n_layer, kiln__backend_name(e->backends[0]));
     }
     e->first_layer = n <= 0 ? INT32_MAX : n >= l->n_layer ? 0 : l->n_layer - n;
     return KILN_OK;
 }
 
-kiln_status kiln__engine_create(const kiln_model_params *p, const kiln_engine_layers *layers, const void *mapping,
-                                size_t mapping_size, kiln_engine **out) {
+kiln_status kiln__engine_create(const kiln_model_params *p, const kiln_engine_layers *layers,
+                                const void *mapping, size_t mapping_size, kiln_engine **out) {
     kiln_engine *e;
     kiln_status st;
     *out = NULL;

@@ -122,7 +122,8 @@ kiln_status kiln__sched_create(const kiln_sched_backend *list, int32_t n, kiln_s
 }
 
 kiln_status kiln__sched_set_first_layer(kiln_sched *s, int32_t first_layer) {
-    if (first_layer < 0) return kiln__error(KILN_E_INVALID_ARG, "scheduler: first layer %d is negative", first_layer);
+    if (first_layer < 0)
+        return kiln__error(KILN_E_INVALID_ARG, "scheduler: first layer %d is negative", first_layer);
     s->first_layer = first_layer;
     return KILN_OK;
 }
@@ -161,7 +162,9 @@ static int32_t cache_home(const kiln_sched_plan *p, const kiln_tensor *t) {
 }
 
 /* Whether the backends before the last admit a node of this layer (-1: of none). */
-static bool admits_layer(const kiln_sched *s, int32_t layer) { return s->first_layer <= 0 || layer >= s->first_layer; }
+static bool admits_layer(const kiln_sched *s, int32_t layer) {
+    return s->first_layer <= 0 || layer >= s->first_layer;
+}
 
 /* The backend of computing node t of the given layer: the first that supports it, whose min_batch the
  * batch reaches and whose first_layer admits the layer; a node that touches a KV cache runs where the
@@ -211,7 +214,8 @@ static kiln_status assign(kiln_sched_plan *p, int32_t n_tokens) {
     for (int32_t i = 0; i < p->n_nodes; i++) {
         kiln_tensor *t = kiln__graph_node(p->g, i);
         for (int k = 0; k < KILN_MAX_SRC && t->layer < 0; k++)
-            if (t->src[k] && t->src[k]->id < p->n_tensors0) p->layer[t->id] = KILN__MAX(p->layer[t->id], p->layer[t->src[k]->id]);
+            if (t->src[k] && t->src[k]->id < p->n_tensors0)
+                p->layer[t->id] = KILN__MAX(p->layer[t->id], p->layer[t->src[k]->id]);
         if (!computes(t)) {
             p->home[t->id] = p->home[root_of(t)->id];
             p->run[i] = cur;
@@ -450,8 +454,8 @@ static kiln_status alloc_tables(kiln_sched_plan *p) {
     p->planned = kiln__calloc(nb, sizeof *p->planned);
     p->arena_bytes = kiln__calloc(nb, sizeof *p->arena_bytes);
     p->arenas = kiln__calloc(nb, sizeof *p->arenas);
-    if (!p->home || !p->layer || !p->run || !p->member || !p->copy_of || !p->twin_of || !p->splits || !p->planned ||
-        !p->arena_bytes || !p->arenas)
+    if (!p->home || !p->layer || !p->run || !p->member || !p->copy_of || !p->twin_of || !p->splits ||
+        !p->planned || !p->arena_bytes || !p->arenas)
         return kiln__nomem("the scheduler's plan");
     for (size_t i = 0; i < pairs; i++) p->copy_of[i] = p->twin_of[i] = -1;
     return KILN_OK;
