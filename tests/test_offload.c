@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include "backend/backend.h"
+#include "runtime/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,20 @@ static void auto_puts_every_layer_on_a_device_it_fits_and_says_so(void) {
     check_offload("vulkan", KILN_GPU_LAYERS_AUTO, 1);
 }
 
+/* The auto estimate's arithmetic (engine.h), computed by hand, on a Llama-2-7B Q4_0 shape: 32 layers of
+ * 106 MB of weights plus 128 MiB of F32 KV at 4096 cells (4096 * 2 * 4096 * 4 bytes), a 107 MB Q6_K head
+ * and 70 MB of embeddings. */
+static void auto_fits_the_layers_the_device_memory_holds(void) {
+    const uint64_t MiB = 1u << 20, GiB = 1u << 30;
+    kiln_engine_layers l = {32, 106000000u + 128 * MiB, 107000000u, 70000000u};
+    CHECK_EQ_INT(kiln__engine_fit_layers(80 * GiB, &l), 32); /* an H100: everything */
+    /* 8 GiB: usable 8192 - 819.2 - 256 = 7116.8 MiB; less the 102.0 MiB head, / 229.1 MiB a layer: 30 */
+    CHECK_EQ_INT(kiln__engine_fit_layers(8 * GiB, &l), 30);
+    CHECK_EQ_INT(kiln__engine_fit_layers(1 * GiB, &l), 2);   /* 665.6 MiB usable: (665.6 - 102.0) / 229.1 */
+    CHECK_EQ_INT(kiln__engine_fit_layers(300 * MiB, &l), 0); /* 14 MiB usable: not even the head */
+    CHECK_EQ_INT(kiln__engine_fit_layers(0, &l), 32);        /* unknown memory: everything */
+}
+
 static void a_gpu_layers_value_below_auto_is_a_named_error(void) {
     kiln_model_params mp = kiln_model_params_default();
     kiln_model *m = NULL;
@@ -159,6 +174,7 @@ int main(void) {
     RUN(the_last_n_layers_run_on_the_first_backend_and_give_the_cpus_tokens);
     RUN(on_vulkan_the_device_holds_only_its_layers_weights_and_kv);
     RUN(auto_puts_every_layer_on_a_device_it_fits_and_says_so);
+    RUN(auto_fits_the_layers_the_device_memory_holds);
     RUN(a_gpu_layers_value_below_auto_is_a_named_error);
     return harness_finish();
 }

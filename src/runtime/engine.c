@@ -90,11 +90,8 @@ static uint64_t device_memory(const kiln_backend *b) {
     return best;
 }
 
-/* gpu_layers = auto: everything when it all fits in the first device's memory less a tenth (the driver,
- * other programs) and 256 MiB (the activation arena, staging); else the last N layers that fit beside the
- * output head; none when not even one does. Unknown memory: everything. */
-static int32_t auto_layers(kiln_engine *e, const kiln_engine_layers *l) {
-    uint64_t mem = device_memory(e->backends[0]), usable, all;
+int32_t kiln__engine_fit_layers(uint64_t mem, const kiln_engine_layers *l) {
+    uint64_t usable, all;
     if (!mem || !l->layer_bytes) return l->n_layer;
     usable = mem - mem / 10 > (256u << 20) ? mem - mem / 10 - (256u << 20) : 0;
     all = l->embd_bytes + l->head_bytes + l->layer_bytes * (uint64_t)l->n_layer;
@@ -113,7 +110,7 @@ static kiln_status resolve_layers(kiln_engine *e, const kiln_model_params *p, co
     e->first_layer = 0;
     if (n == 0 || e->n_backends == 1) return KILN_OK;
     if (n == KILN_GPU_LAYERS_AUTO) {
-        n = auto_layers(e, l);
+        n = kiln__engine_fit_layers(device_memory(e->backends[0]), l);
         size_t used = strlen(e->note);
         snprintf(e->note + used, sizeof e->note - used, "%sgpu layers auto: %d of %d on %s", used ? "; " : "",
                  n, l->n_layer, kiln__backend_name(e->backends[0]));

@@ -40,6 +40,11 @@ typedef struct kiln_engine_layers {
     uint64_t layer_bytes, head_bytes, embd_bytes;
 } kiln_engine_layers;
 
+/* gpu_layers = auto: how many of the last layers fit in mem bytes of device memory (0: unknown, then all):
+ * everything when it all fits in mem less a tenth (the driver, other programs) and 256 MiB (the
+ * activation arena, staging); else the layers that fit beside the output head; 0 when not one does. */
+int32_t kiln__engine_fit_layers(uint64_t mem, const kiln_engine_layers *l);
+
 /* Start the backends named by params->devices (see kiln_model_params in kiln.h) and resolve
  * params->gpu_layers against layers. mapping/mapping_size: the model file's read-only mapping (NULL when
  * the model is not file-backed): the CPU backend hands those pages back once it has prepared a weight
