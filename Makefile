@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
 .PHONY: all setup build build-asan build-fuzz run test test-plain test-asan test-fuzz fuzz test-aarch64 test-aarch64-clang \
-	install format clean
+	install format clean gpu-check gpu-check-prepare
 
 all: build
 
@@ -57,6 +57,16 @@ test-aarch64:
 
 test-aarch64-clang:
 	@JOBS=$(JOBS) scripts/test-aarch64.sh clang
+
+# On a machine with a GPU: build, then the Vulkan checks and the speed table beside llama.cpp's Vulkan build
+# (scripts/gpu-check.sh; GPU_CHECK_ARGS="--bandwidth 4800" for an H200). gpu-check-prepare packs the build
+# into gpu-check-out/ for the device tool instead (docs/vulkan.md, "Checking on a GPU").
+GPU_CHECK_ARGS ?=
+gpu-check: setup
+	@scripts/gpu-check.sh local $(GPU_CHECK_ARGS)
+
+gpu-check-prepare: setup
+	@scripts/gpu-check.sh prepare
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -34,6 +34,8 @@ static const char bench_help[] =
     "                      cannot\n"
     "  -r, --repetitions R runs per test after one warm-up run (default 5)\n"
     "  -o, --output F      md (default) or json\n"
+    "  --gpu-layers N      with --device: the device runs the last N layers and the output head,\n"
+    "                      the CPU the rest (0: none; all, the default; auto: as many as fit)\n"
     "  --cpu LEVEL         force a kernel level: ref, avx2, avx512, amx or neon (same as KILN_CPU=LEVEL);\n"
     "                      a level the CPU lacks falls back to the best one below it (neon: ref)\n"
     "  --no-bandwidth      skip the start-up read-bandwidth probe (a few seconds: the best of several\n"

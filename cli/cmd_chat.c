@@ -43,6 +43,8 @@ static const char chat_help[] =
     "                           the CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`,\n"
     "                           lavapipe included); default $KILN_DEVICE, else cpu. The CPU runs\n"
     "                           whatever the device cannot\n"
+    "      --gpu-layers N       with --device: the device runs the last N layers and the output head,\n"
+    "                           the CPU the rest (0: none; all, the default; auto: as many as fit)\n"
     "      --cpu LEVEL          CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                           $KILN_CPU)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"

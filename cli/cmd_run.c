@@ -30,6 +30,8 @@ static const char run_help[] =
     "                         CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
     "                         included); default $KILN_DEVICE, else cpu. The CPU runs whatever the\n"
     "                         device cannot\n"
+    "      --gpu-layers N     with --device: the device runs the last N layers and the output head,\n"
+    "                         the CPU the rest (0: none; all, the default; auto: as many as fit)\n"
     "      --cpu LEVEL        CPU kernel level: ref, avx2, avx512, amx or neon (default: the best, or\n"
     "                         $KILN_CPU)\n"
     "      --kv-type T        KV-cache type: f32 (default), f16 or q8_0\n"

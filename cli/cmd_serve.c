@@ -39,6 +39,8 @@ static const char serve_help[] =
     "                          CPU), cpu, or vulkan[:N] (Vulkan device N of `kiln devices`, lavapipe\n"
     "                          included); default $KILN_DEVICE, else cpu. The CPU runs whatever the\n"
     "                          device cannot\n"
+    "      --gpu-layers N      with --device: the device runs the last N layers and the output head,\n"
+    "                          the CPU the rest (0: none; all, the default; auto: as many as fit)\n"
     "      --cpu LEVEL         CPU kernel level (default: $KILN_CPU, else the best this CPU has)\n"
     "      --verbose           log the engine's steps to stderr\n"
     "  -h, --help              this text\n";

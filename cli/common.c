@@ -173,6 +173,26 @@ const char *cli_engine_devices(const cli_engine *e) {
     return d;
 }
 
+/* --gpu-layers N|all|auto as kiln_model_params.gpu_layers: N > 0 itself, 0 none, all 0, auto AUTO. */
+static bool arg_gpu_layers(const char *cmd, int argc, char **argv, int *i, long *out) {
+    const char *s, *opt = argv[*i];
+    char *end;
+    long v;
+    if (!cli_arg_str(cmd, argc, argv, i, &s)) return false;
+    if (!strcmp(s, "all") || !strcmp(s, "auto")) {
+        *out = !strcmp(s, "all") ? 0 : KILN_GPU_LAYERS_AUTO;
+        return true;
+    }
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > 1L << 20) {
+        cli_usage_error(cmd, "option %s: '%s' is not a layer count, all or auto", opt, s);
+        return false;
+    }
+    *out = v == 0 ? KILN_GPU_LAYERS_NONE : v;
+    return true;
+}
+
 bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *e, bool *ok) {
     const char *a = argv[*i];
     if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
@@ -187,6 +207,8 @@ bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *
     }
     else if (!strcmp(a, "--cpu"))
         *ok = cli_arg_str(cmd, argc, argv, i, &e->cpu);
+    else if (!strcmp(a, "--gpu-layers") || !strcmp(a, "-ngl"))
+        *ok = arg_gpu_layers(cmd, argc, argv, i, &e->gpu_layers);
     else
         return false;
     return true;
@@ -240,6 +262,7 @@ int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const
         !cli_device_valid(getenv("KILN_DEVICE")))
         return cli_usage_error(cmd, "KILN_DEVICE='%s' is not auto, cpu, vulkan or vulkan:N", getenv("KILN_DEVICE"));
     mp.devices = cli_engine_devices(e);
+    mp.gpu_layers = (int32_t)e->gpu_layers;
     if (isatty(STDERR_FILENO)) {
         mp.progress = draw_progress;
         mp.progress_user = &weights_bar;

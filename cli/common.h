@@ -60,6 +60,7 @@ typedef struct cli_engine {
     long n_threads;      /* -t, --threads; 0 = kiln_default_threads() */
     const char *devices; /* --devices LIST; NULL = --device, else the CPU alone */
     const char *device;  /* --device auto|cpu|vulkan[:N]; NULL = $KILN_DEVICE, else cpu */
+    long gpu_layers;     /* --gpu-layers N|all|auto, as kiln_model_params.gpu_layers (0 = all) */
     const char *cpu;     /* --cpu LEVEL; NULL = $KILN_CPU, else the best level of this CPU */
     const char *passes;  /* --passes LIST; NULL = $KILN_PASSES, else all */
     bool verbose;        /* the runtime's log lines go to stderr, prefixed "kiln: " */

@@ -196,6 +196,14 @@ typedef void (*kiln_quantize_progress_fn)(void *user, int64_t index, int64_t cou
 kiln_status kiln_quantize_file(const char *in, const char *out, const kiln_quantize_params *params,
                                kiln_quantize_progress_fn progress, void *user);
 
+/* The type each tensor of a model gets in a mix, exactly as kiln_quantize_file chooses it, for writers that
+ * make a quantized file directly (`kiln synth`). Reads the name, type, n_dims and ne of `count` tensors in
+ * file order; n_gqa is the model's attention heads per KV head (values below 1 mean 1). types[i] receives
+ * tensor i's type: its own type for the tensors a mix copies as they are (1-D, not named "*weight"). */
+struct kiln_tensor_info;
+kiln_status kiln_quant_mix_types(kiln_quant_mix mix, const struct kiln_tensor_info *tensors, int64_t count,
+                                 int64_t n_gqa, kiln_type *types);
+
 /* ---------------------------------------------------------------------------------------------------
  * GGUF files (versions 2 and 3): reading, validated field by field, with the data section mapped
  * read-only and used in place; and writing.
@@ -467,7 +475,15 @@ typedef struct kiln_model_params {
                               * and kiln_model_device_note says why (docs/vulkan.md). */
     kiln_progress_fn progress; /* weight preparation progress, or NULL */
     void *progress_user;
+    int32_t gpu_layers; /* partial offload (llama.cpp's -ngl): the backends before the CPU run only the last
+                         * gpu_layers layers (their nodes, weights and KV cache) and the output head; the CPU
+                         * runs the embeddings and the layers before. 0 (the default), or at least the layer
+                         * count: everything; KILN_GPU_LAYERS_NONE: nothing; KILN_GPU_LAYERS_AUTO: as many
+                         * as fit in the first device's memory (docs/runtime.md, Partial offload). */
 } kiln_model_params;
+
+#define KILN_GPU_LAYERS_NONE (-1)
+#define KILN_GPU_LAYERS_AUTO (-2)
 
 /* Defaults: every field zero or NULL. */
 kiln_model_params kiln_model_params_default(void);

@@ -243,6 +243,42 @@ static void nan_and_infinite_scales_give_defined_output_not_a_crash(void) {
     remove(TMP("nan.gguf"));
 }
 
+/* kiln_quant_mix_types (what `kiln synth` writes a mix with) chooses what the quantizer's own loop chooses,
+ * tensor by tensor, for a whole model; bad arguments are named errors. */
+static void the_public_mix_types_follow_the_quantizers_choices(void) {
+    static const kiln_quant_mix all[] = {KILN_MIX_Q4_0,   KILN_MIX_Q8_0,   KILN_MIX_Q2_K,   KILN_MIX_Q3_K_M,
+                                         KILN_MIX_Q4_K_S, KILN_MIX_Q4_K_M, KILN_MIX_Q5_K_M, KILN_MIX_Q6_K};
+    kiln_gguf *g = NULL;
+    CHECK_OK(kiln_gguf_open(KILN_MODEL_PATH, &g));
+    if (!g) return;
+    int64_t n = kiln_gguf_tensor_count(g);
+    kiln_tensor_info *t = calloc((size_t)n, sizeof *t);
+    kiln_type *types = calloc((size_t)n, sizeof *types);
+    for (int64_t i = 0; i < n; i++)
+        CHECK_OK(kiln_gguf_tensor_info(g, i, &t[i]));
+    for (size_t m = 0; m < sizeof all / sizeof all[0]; m++) {
+        kiln__mix_state st;
+        kiln__mix_state_init(&st, g);
+        CHECK_OK(kiln_quant_mix_types(all[m], t, n, st.n_gqa, types));
+        for (int64_t i = 0; i < n; i++) {
+            bool q;
+            CHECK_EQ_INT(types[i],
+                         kiln__mix_choose(all[m], &st, t[i].name, t[i].type, t[i].n_dims, t[i].ne, &q));
+        }
+    }
+    CHECK_EQ_INT(kiln_quant_mix_types(KILN_MIX_Q4_0, NULL, n, 1, types), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("NULL");
+    CHECK_EQ_INT(kiln_quant_mix_types((kiln_quant_mix)99, t, n, 1, types), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("unknown quantization mix 99");
+    t[1].n_dims = 0;
+    CHECK_EQ_INT(kiln_quant_mix_types(KILN_MIX_Q4_0, t, n, 1, types), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("tensor 1");
+    CHECK_OK(kiln_quant_mix_types(KILN_MIX_Q4_0, NULL, 0, 1, NULL));
+    free(t);
+    free(types);
+    kiln_gguf_close(g);
+}
+
 int main(void) {
     RUN(every_mix_of_stories260k_tells_the_f32_story);
     RUN(q4_k_m_gives_attn_v_and_ffn_down_q6_k_on_llama_cpp_layers);
@@ -253,5 +289,6 @@ int main(void) {
     RUN(refuses_already_quantized_input_unless_allowed_and_then_requantizes);
     RUN(truncated_quantized_tensor_is_an_error_at_load);
     RUN(nan_and_infinite_scales_give_defined_output_not_a_crash);
+    RUN(the_public_mix_types_follow_the_quantizers_choices);
     return harness_finish();
 }

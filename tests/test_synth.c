@@ -1,7 +1,9 @@
 /*
  * test_synth.c - `kiln synth` writes a loadable llama GGUF with the requested shape, llama.cpp's tensor
- * names, N(0, 0.02) weights and unit norms, reproducibly from its seed; llama.cpp loads the result (checked
- * through the llama-cpp-python package when it is installed, and skipped with a message when it is not).
+ * names, N(0, 0.02) weights and unit norms, reproducibly from its seed and whatever its thread count; a
+ * quantization mix written directly is the very file `kiln quantize` makes from the F16 file of the same
+ * seed (the quantizer is the reference); llama.cpp loads the result (checked through the llama-cpp-python
+ * package when it is installed, and skipped with a message when it is not).
  */
 #include "harness.h"
 
@@ -88,11 +90,55 @@ static void the_same_seed_gives_the_same_file_and_another_seed_does_not(void) {
     CHECK(sh("cmp -s '%s' '%s'", a, c) != 0);
 }
 
+/* Rows of 256 (K-quant super-blocks) and three layers, so that Q4_K_M gives attention V and FFN down Q6_K
+ * on some layers and not others, and the output Q6_K. */
+#define KQUANT "--n-embd 256 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 512 --n-ctx 128 --seed 3"
+
+static void a_mix_written_directly_is_the_quantizers_file_of_the_f16_model(void) {
+    const char *f16 = out_path("synth_k_f16.gguf"), *ref = out_path("synth_k_ref.gguf");
+    const char *direct = out_path("synth_k_direct.gguf");
+    static const char *const mixes[] = {"q4_0", "q8_0", "q4_k_m"};
+    char cmd[1024];
+    CHECK_EQ_INT(sh("'%s' synth " KQUANT " -t 2 -o '%s' 2>/dev/null", KILN_CLI_PATH, f16), 0);
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s >/dev/null 2>&1", KILN_CLI_PATH, f16, ref,
+                 mixes[i]);
+        CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 0);
+        snprintf(cmd, sizeof cmd, "'%s' synth " KQUANT " --type %s -t 3 -o '%s' 2>/dev/null", KILN_CLI_PATH,
+                 mixes[i], direct);
+        CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 0);
+        CHECK_EQ_INT(sh("cmp -s '%s' '%s'", ref, direct), 0);
+    }
+    kiln_gguf *g = NULL;
+    kiln_tensor_info t;
+    CHECK_OK(kiln_gguf_open(direct, &g)); /* the last one, Q4_K_M */
+    if (!g) return;
+    CHECK_OK(kiln_gguf_tensor_info(g, kiln_gguf_find_tensor(g, "blk.0.ffn_down.weight"), &t));
+    CHECK_EQ_INT(t.type, KILN_TYPE_Q4_K);
+    CHECK_OK(kiln_gguf_tensor_info(g, kiln_gguf_find_tensor(g, "blk.2.ffn_down.weight"), &t));
+    CHECK_EQ_INT(t.type, KILN_TYPE_Q6_K);
+    CHECK_OK(kiln_gguf_tensor_info(g, kiln_gguf_find_tensor(g, "output.weight"), &t));
+    CHECK_EQ_INT(t.type, KILN_TYPE_Q6_K);
+    kiln_gguf_close(g);
+}
+
+/* n_ff 97: FFN down's rows have odd length, so rows start in the middle of a Box-Muller pair. */
+static void the_thread_count_does_not_change_the_bytes(void) {
+    const char *a = out_path("synth_t1.gguf"), *b = out_path("synth_t7.gguf");
+    CHECK_EQ_INT(sh("'%s' synth " SMALL " --n-ff 97 -t 1 -o '%s' 2>/dev/null", KILN_CLI_PATH, a), 0);
+    CHECK_EQ_INT(sh("'%s' synth " SMALL " --n-ff 97 -t 7 -o '%s' 2>/dev/null", KILN_CLI_PATH, b), 0);
+    CHECK_EQ_INT(sh("cmp -s '%s' '%s'", a, b), 0);
+    CHECK_EQ_INT(sh("'%s' synth " KQUANT " --type q4_k_m -t 1 -o '%s' 2>/dev/null", KILN_CLI_PATH, a), 0);
+    CHECK_EQ_INT(sh("'%s' synth " KQUANT " --type q4_k_m -t 5 -o '%s' 2>/dev/null", KILN_CLI_PATH, b), 0);
+    CHECK_EQ_INT(sh("cmp -s '%s' '%s'", a, b), 0);
+}
+
 static void bad_shapes_are_usage_errors(void) {
     const char *p = out_path("synth_bad.gguf");
     CHECK_EQ_INT(sh("'%s' synth --n-head 5 -o '%s' 2>/dev/null", KILN_CLI_PATH, p), 2);
     CHECK_EQ_INT(sh("'%s' synth --shape gpt5 -o '%s' 2>/dev/null", KILN_CLI_PATH, p), 2);
-    CHECK_EQ_INT(sh("'%s' synth --type q4_0 -o '%s' 2>/dev/null", KILN_CLI_PATH, p), 2);
+    CHECK_EQ_INT(sh("'%s' synth --type q4_1 -o '%s' 2>/dev/null", KILN_CLI_PATH, p), 2); /* a type, no mix */
+    CHECK_EQ_INT(sh("'%s' synth -t 0 -o '%s' 2>/dev/null", KILN_CLI_PATH, p), 2);
 }
 
 static void llama_cpp_loads_the_result(void) {
@@ -112,6 +158,8 @@ int main(void) {
     RUN(writes_a_model_of_the_requested_shape_that_loads_and_runs);
     RUN(weights_are_normal_with_std_0_02_and_norms_are_one);
     RUN(the_same_seed_gives_the_same_file_and_another_seed_does_not);
+    RUN(a_mix_written_directly_is_the_quantizers_file_of_the_f16_model);
+    RUN(the_thread_count_does_not_change_the_bytes);
     RUN(bad_shapes_are_usage_errors);
     RUN(llama_cpp_loads_the_result);
     return harness_finish();

@@ -61,6 +61,9 @@ KILN_POOLING_LAST = 3
 
 KILN_TOKEN_CONTROL = 3
 
+KILN_GPU_LAYERS_NONE = -1  # kiln_model_params.gpu_layers
+KILN_GPU_LAYERS_AUTO = -2
+
 progress_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)  # kiln_progress_fn
 abort_fn = CFUNCTYPE(c_bool, c_void_p)  # kiln_abort_fn
 log_fn = CFUNCTYPE(None, c_void_p, c_char_p)  # kiln_log_fn
@@ -77,6 +80,7 @@ class kiln_model_params(Structure):
         ("devices", c_char_p),
         ("progress", progress_fn),
         ("progress_user", c_void_p),
+        ("gpu_layers", c_int32),  # 0 = every layer; KILN_GPU_LAYERS_NONE / _AUTO
     ]
 
 

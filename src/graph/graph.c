@@ -28,6 +28,7 @@ kiln_status kiln__graph_create(int32_t capacity, kiln_graph **out) {
         return kiln__nomem("a graph's tensor pool");
     }
     g->capacity = capacity;
+    g->layer = -1;
     *out = g;
     return KILN_OK;
 }
@@ -48,6 +49,11 @@ void kiln__graph_reset(kiln_graph *g) {
     g->n_order = 0;
     g->n_outputs = 0;
     g->status = KILN_OK;
+    g->layer = -1;
+}
+
+void kiln__graph_set_layer(kiln_graph *g, int32_t layer) {
+    g->layer = layer < 0 ? -1 : layer;
 }
 
 kiln_status kiln__graph_status(const kiln_graph *g) { return g->status; }
@@ -75,6 +81,7 @@ kiln_tensor *kiln__graph_new_tensor(kiln_graph *g, kiln_type type, int32_t n_dim
     t = &g->tensors[g->n_tensors];
     memset(t, 0, sizeof *t);
     t->id = g->n_tensors++;
+    t->layer = g->layer;
     t->type = type;
     t->n_dims = n_dims;
     for (int d = 0; d < KILN_MAX_DIMS; d++) {

@@ -116,6 +116,9 @@ struct kiln_tensor {
     int32_t plan_inplace;  /* id of the source whose memory the planner reused in place, or -1 */
     uint32_t flags;
     int32_t id;            /* index in the graph's tensor pool */
+    int32_t layer;         /* the model layer whose forward pass made it (kiln__graph_set_layer), or -1: the
+                            * embeddings, the output head, inputs, and nodes the passes made (the scheduler
+                            * gives those the highest layer of their sources) */
     void *data;            /* leaves: set by the builder; nodes: set by the plan */
     char name[KILN_MAX_NAME];
 };
@@ -135,6 +138,10 @@ kiln_status kiln__graph_status(const kiln_graph *g);
  * and set later, for inputs). */
 kiln_tensor *kiln__graph_leaf(kiln_graph *g, const char *name, kiln_type type, int32_t n_dims,
                               const int64_t *ne, void *data, uint32_t flags);
+
+/* The layer that tensors created from now on belong to (-1: none, the state of a new or reset graph). The
+ * model builders set it around each layer so that the scheduler can place layers (partial offload). */
+void kiln__graph_set_layer(kiln_graph *g, int32_t layer);
 
 /* Name a tensor (printf-style); returns t for chaining. */
 kiln_tensor *kiln__tensor_set_name(kiln_tensor *t, const char *fmt, ...)

@@ -18,6 +18,7 @@ struct kiln_graph {
     kiln_tensor **stack;  /* scratch for ordering [capacity] */
     int32_t *uses;        /* consumers of each tensor in the order, by id [capacity] (kiln__graph_count_uses) */
     kiln_status status;   /* sticky: first builder error */
+    int32_t layer;        /* given to new tensors (kiln__graph_set_layer) */
 };
 
 /* Record the first builder error (message formatted like printf) and return NULL. */

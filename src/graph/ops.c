@@ -375,6 +375,7 @@ static kiln_tensor *make_node(kiln_graph *g, kiln_op op, kiln_tensor *a, kiln_te
     t = kiln__graph_new_tensor(g, sh.type, sh.n_dims, sh.ne);
     if (!t) return NULL;
     proto.id = t->id;
+    proto.layer = t->layer;
     proto.type = t->type;
     proto.n_dims = t->n_dims;
     memcpy(proto.ne, t->ne, sizeof proto.ne);
@@ -732,6 +733,7 @@ kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto) {
         int32_t id = t->id;
         *t = *proto;
         t->id = id;
+        t->layer = g->layer; /* a pass's node: the scheduler derives its layer from its sources */
         t->flags &= ~(uint32_t)KILN_TENSOR_OUTPUT;
         if ((s = derive_view(t)) || (s = infer(t, &sh))) {
             g->status = s;
@@ -750,6 +752,7 @@ kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto) {
     memcpy(nb, t->nb, sizeof nb);
     *t = *proto;
     t->id = id;
+    t->layer = g->layer;
     t->type = sh.type;
     t->n_dims = sh.n_dims;
     memcpy(t->ne, sh.ne, sizeof t->ne);

@@ -21,6 +21,7 @@ kiln_tensor *kiln__decoder_build(const kiln_model *m, kiln_graph *g, const kiln_
     if (kiln__has(&m->pos_embd)) x = kiln__add(g, x, kiln__get_rows(g, kiln__weight_leaf(g, &m->pos_embd), in->pos));
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kiln_layer *l = &m->layers[il];
+        kiln__graph_set_layer(g, il);
         kiln_tensor *h = kiln__blk_norm(m, g, x, &l->attn_norm, &l->attn_norm_b);
         x = kiln__add(g, x, kiln__blk_attention(m, g, in, il, h));
         kiln__tensor_set_name(x, "blk.%d.attn_residual", il);
@@ -28,6 +29,7 @@ kiln_tensor *kiln__decoder_build(const kiln_model *m, kiln_graph *g, const kiln_
         x = kiln__add(g, x, kiln__blk_ffn(m, g, il, h));
         kiln__tensor_set_name(x, "blk.%d.ffn_residual", il);
     }
+    kiln__graph_set_layer(g, -1);
     kiln_tensor *logits = kiln__blk_logits(m, g, x, in->out_ids);
     kiln__graph_set_output(g, logits);
     return logits;

@@ -35,6 +35,7 @@ kiln_tensor *kiln__encoder_build(const kiln_model *m, kiln_graph *g, const kiln_
     kiln_tensor *x = embed(m, g, in);                                                          /* [E, T] */
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         const kiln_layer *l = &m->layers[il];
+        kiln__graph_set_layer(g, il);
         x = kiln__add(g, x, kiln__blk_attention(m, g, in, il, x));                             /* [E, T] */
         x = kiln__blk_norm(m, g, x, &l->attn_norm, &l->attn_norm_b);
         kiln__tensor_set_name(x, "blk.%d.attn_out", il);
@@ -42,6 +43,7 @@ kiln_tensor *kiln__encoder_build(const kiln_model *m, kiln_graph *g, const kiln_
         x = kiln__blk_norm(m, g, x, &l->ffn_norm, &l->ffn_norm_b);
         kiln__tensor_set_name(x, "blk.%d.layer_out", il);
     }
+    kiln__graph_set_layer(g, -1);
     kiln_tensor *out = kiln__tensor_set_name(kiln__get_rows(g, x, in->out_ids), "hidden");     /* [E, O] */
     kiln__graph_set_output(g, out);
     return out;

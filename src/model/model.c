@@ -43,6 +43,37 @@ static kiln_status load(kiln_model *m, const char *path) {
     return entry->load_weights(m);
 }
 
+/* The sizes partial offload's auto estimate needs (engine.h): the largest layer's tensors ("blk.N.*") plus
+ * its KV cache at the training context in F32, the output head (output.*, or the tied token_embd) and the
+ * embeddings. */
+static kiln_engine_layers layer_sizes(const kiln_model *m) {
+    kiln_engine_layers l = {m->hp.n_layer, 0, 0, 0};
+    uint64_t kv =
+        (uint64_t)m->hp.n_ctx_train * 2u * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * 4u;
+    bool tied = kiln_gguf_find_tensor(m->gguf, "output.weight") < 0;
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        char prefix[32];
+        uint64_t bytes = kv;
+        int n = snprintf(prefix, sizeof prefix, "blk.%d.", il);
+        for (int64_t i = 0; i < kiln_gguf_tensor_count(m->gguf); i++) {
+            kiln_tensor_info t;
+            if (!kiln_gguf_tensor_info(m->gguf, i, &t) && !strncmp(t.name, prefix, (size_t)n))
+                bytes += t.size;
+        }
+        l.layer_bytes = KILN__MAX(l.layer_bytes, bytes);
+    }
+    for (int64_t i = 0; i < kiln_gguf_tensor_count(m->gguf); i++) {
+        kiln_tensor_info t;
+        if (kiln_gguf_tensor_info(m->gguf, i, &t)) continue;
+        if (!strncmp(t.name, "output", 6) || (tied && !strcmp(t.name, "token_embd.weight")))
+            l.head_bytes += t.size;
+        if (!strncmp(t.name, "token_embd", 10) || !strncmp(t.name, "position_embd", 13))
+            l.embd_bytes += t.size;
+    }
+    kiln__error_clear();
+    return l;
+}
+
 kiln_model_params kiln_model_params_default(void) {
     kiln_model_params p;
     memset(&p, 0, sizeof p);
@@ -63,7 +94,8 @@ kiln_status kiln_model_load_ex(const char *path, const kiln_model_params *params
     s = load(m, path);
     if (!s) {
         map = kiln__gguf_mapping(m->gguf, &map_size);
-        s = kiln__engine_create(&p, map, map_size, &m->engine);
+        kiln_engine_layers layers = layer_sizes(m);
+        s = kiln__engine_create(&p, &layers, map, map_size, &m->engine);
     }
     if (s) {
         kiln__error_prefix(s, "loading model '%s': ", path);

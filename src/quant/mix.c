@@ -74,16 +74,48 @@ static int64_t gqa_ratio(const kiln_gguf *gguf) {
     return heads > 0 && kv > 0 ? heads / kv : 1;
 }
 
+/* Count one tensor of the model into the state's totals. */
+static void mix_state_count(kiln__mix_state *st, const char *name) {
+    if (strcmp(name, "output.weight") == 0) st->has_output = true;
+    if (strstr(name, "attn_v.weight")) st->n_attn_v++;
+    if (strstr(name, "ffn_down")) st->n_ffn_down++;
+}
+
 void kiln__mix_state_init(kiln__mix_state *st, const kiln_gguf *gguf) {
     memset(st, 0, sizeof *st);
-    st->has_output = kiln_gguf_find_tensor(gguf, "output.weight") >= 0;
     st->n_gqa = gqa_ratio(gguf);
     for (int64_t i = 0; i < kiln_gguf_tensor_count(gguf); i++) {
         kiln_tensor_info t;
         if (kiln_gguf_tensor_info(gguf, i, &t)) continue;
-        if (strstr(t.name, "attn_v.weight")) st->n_attn_v++;
-        if (strstr(t.name, "ffn_down")) st->n_ffn_down++;
+        mix_state_count(st, t.name);
     }
+}
+
+kiln_status kiln_quant_mix_types(kiln_quant_mix mix, const kiln_tensor_info *tensors, int64_t count,
+                                 int64_t n_gqa, kiln_type *types) {
+    kiln__mix_state st;
+    if ((!tensors || !types) && count > 0)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: NULL argument");
+    if (count < 0)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_quant_mix_types: negative tensor count %lld",
+                           (long long)count);
+    if (kiln__mix_base_type(mix) == KILN_TYPE_F32)
+        return kiln__error(KILN_E_INVALID_ARG, "unknown quantization mix %d", (int)mix);
+    memset(&st, 0, sizeof st);
+    st.n_gqa = n_gqa > 0 ? n_gqa : 1;
+    for (int64_t i = 0; i < count; i++) {
+        if (!tensors[i].name || tensors[i].n_dims < 1 || tensors[i].n_dims > 4)
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "kiln_quant_mix_types: tensor %lld has no name or %d dimensions", (long long)i,
+                               (int)tensors[i].n_dims);
+        mix_state_count(&st, tensors[i].name);
+    }
+    for (int64_t i = 0; i < count; i++) {
+        bool quantize;
+        types[i] = kiln__mix_choose(mix, &st, tensors[i].name, tensors[i].type, tensors[i].n_dims,
+                                    tensors[i].ne, &quantize);
+    }
+    return KILN_OK;
 }
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers, and every third in between. */

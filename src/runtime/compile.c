@@ -52,13 +52,15 @@ static kiln_status build(kiln_ctx *c, kiln_graph *g, int32_t T, int32_t O, kiln_
     in.mask = kiln__graph_leaf(g, "kq_mask", KILN_TYPE_F32, 2, ne_mask, c->mask, KILN_TENSOR_INPUT);
     in.out_ids = kiln__graph_leaf(g, "out_ids", KILN_TYPE_I32, 1, ne_o, c->out_ids, KILN_TENSOR_INPUT);
     for (int32_t il = 0; il < hp->n_layer; il++) {
-        char *base = (char *)c->kv.base + (size_t)il * 2 * cache_bytes;
+        char *base = kiln__ctx_cache_base(c, il);
+        kiln__graph_set_layer(g, il);
         caches[il] = kiln__tensor_set_name(
             kiln__graph_leaf(g, "k", c->kv_type, 2, ne_cache, base, KILN_TENSOR_CACHE), "cache_k_l%d", il);
         caches[hp->n_layer + il] = kiln__tensor_set_name(
             kiln__graph_leaf(g, "v", c->kv_type, 2, ne_cache, base + cache_bytes, KILN_TENSOR_CACHE),
             "cache_v_l%d", il);
     }
+    kiln__graph_set_layer(g, -1);
     in.k_cache = caches;
     in.v_cache = caches + hp->n_layer;
     in.n_tokens = T;

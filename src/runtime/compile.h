@@ -41,7 +41,11 @@ struct kiln_ctx {
     int32_t n_batch;     /* most tokens per batch */
     int32_t n_seq_max;
     kiln_kv_cells cells;
-    kiln_buffer kv; /* [L][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_buffer
+        kv; /* layers kv_first .. L - 1: [L - kv_first][K|V][n_ctx rows of Hkv * D elements of kv_type] */
+    kiln_buffer kv_host; /* layers 0 .. kv_first - 1, in host memory, when kv is on a device that runs only
+                          * the last layers (partial offload); else empty */
+    int32_t kv_first;
     kiln_type kv_type;
     size_t kv_row_bytes;
     kiln_buffer arenas[KILN_MAX_BACKENDS]; /* planned intermediates per backend, shared by all plans */
@@ -90,5 +94,9 @@ kiln_status kiln__embd_check_token(const kiln_ctx *c, const kiln_batch *b, int32
 /* Pool the hidden states [E, n] of the batch's n tokens (row i is token i) into each sequence's unit
  * embedding. */
 void kiln__embd_pool(kiln_ctx *c, const kiln_batch *b, const float *hidden);
+
+/* Where layer il's K cache starts (its V cache follows n_ctx rows later): in kv_host below kv_first, else in
+ * kv. */
+char *kiln__ctx_cache_base(const kiln_ctx *c, int32_t il);
 
 #endif

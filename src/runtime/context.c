@@ -52,13 +52,35 @@ static kiln_status check_params(const kiln_model *m, const kiln_ctx_params *p) {
 
 /* The backend whose buffers hold the KV cache: the first device backend that takes every batch (no cost
  * rule) and says it holds caches of this type and size, else the CPU. The scheduler then runs every node
- * that touches the cache there (runtime/sched.h). */
+ * that touches the cache there (runtime/sched.h). With partial offload the device holds only the layers it
+ * runs (engine.h's first_layer), and none when it runs none. */
 static kiln_backend *kv_backend(const kiln_ctx *c) {
     const kiln_engine *e = c->engine;
+    if (e->first_layer >= c->model->hp.n_layer) return e->cpu;
     for (int32_t i = 0; i < e->n_backends - 1; i++)
         if (e->min_batch[i] == 0 && kiln__backend_holds_kv(e->backends[i], c->kv_type, c->kv_row_bytes, c->n_ctx))
             return e->backends[i];
     return e->cpu;
+}
+
+/* The cache buffers, zeroed: the layers from kv_first in kv_backend's, those before in the CPU's. */
+static kiln_status alloc_kv(kiln_ctx *c, size_t layer_bytes) {
+    kiln_backend *b = kv_backend(c);
+    int32_t L = c->model->hp.n_layer;
+    kiln_status s;
+    c->kv_first = b == c->engine->cpu ? 0 : KILN__MIN(c->engine->first_layer, L);
+    s = kiln__backend_buffer_alloc(b, layer_bytes * (size_t)(L - c->kv_first), &c->kv);
+    if (!s) s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size);
+    if (!s && c->kv_first > 0)
+        s = kiln__backend_buffer_alloc(c->engine->cpu, layer_bytes * (size_t)c->kv_first, &c->kv_host);
+    if (!s && c->kv_first > 0) s = kiln__buffer_memset(&c->kv_host, 0, 0, c->kv_host.size);
+    return s;
+}
+
+char *kiln__ctx_cache_base(const kiln_ctx *c, int32_t il) {
+    size_t layer = 2 * c->kv_row_bytes * (size_t)c->n_ctx;
+    if (il < c->kv_first) return (char *)c->kv_host.base + (size_t)il * layer;
+    return (char *)c->kv.base + (size_t)(il - c->kv_first) * layer;
 }
 
 static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
@@ -91,8 +113,7 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
      * stray read finite. Under the engine lock: on a device the allocation and the fill use its memory pool
      * and queue, which another context of the model may be computing on from another thread. */
     pthread_mutex_lock(&c->engine->lock);
-    s = kiln__backend_buffer_alloc(kv_backend(c), (size_t)kv_bytes, &c->kv);
-    if (!s) s = kiln__buffer_memset(&c->kv, 0, 0, c->kv.size);
+    s = alloc_kv(c, hp->n_layer > 0 ? (size_t)kv_bytes / (size_t)hp->n_layer : 0);
     pthread_mutex_unlock(&c->engine->lock);
     if (s) return s;
     T = (size_t)kiln__bucket(c, c->n_batch);
@@ -135,6 +156,7 @@ void kiln_ctx_destroy(kiln_ctx *c) {
         kiln__compiled_free(&c->plans[i]);
     pthread_mutex_lock(&c->engine->lock); /* device buffers go back to pools other contexts use */
     if (c->kv.backend) kiln__backend_buffer_free(c->kv.backend, &c->kv);
+    if (c->kv_host.backend) kiln__backend_buffer_free(c->kv_host.backend, &c->kv_host);
     for (int32_t i = 0; i < c->engine->n_backends; i++)
         kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
     pthread_mutex_unlock(&c->engine->lock);

@@ -73,8 +73,54 @@ static kiln_status start_devices(kiln_engine *e, const char *list) {
     return KILN_OK;
 }
 
-kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping, size_t mapping_size,
-                                kiln_engine **out) {
+/* The memory of the device behind backend b, in bytes (0: unknown): its largest device-local heap. The
+ * backend interface has no slot for it yet; a Vulkan backend describes itself as "vulkan:N (...)", N its
+ * index in kiln_device_get. */
+static uint64_t device_memory(const kiln_backend *b) {
+    const char *d = kiln__backend_describe(b);
+    kiln_device_info info;
+    uint64_t best = 0;
+    int n = -1;
+    if (!d || sscanf(d, "vulkan:%d", &n) != 1 || n < 0 || kiln_device_get(n, &info)) {
+        kiln__error_clear();
+        return 0;
+    }
+    for (int32_t h = 0; h < info.n_heaps && h < 8; h++)
+        if (info.heap_device_local[h]) best = KILN__MAX(best, info.heap_bytes[h]);
+    return best;
+}
+
+int32_t kiln__engine_fit_layers(uint64_t mem, const kiln_engine_layers *l) {
+    uint64_t usable, all;
+    if (!mem || !l->layer_bytes) return l->n_layer;
+    usable = mem - mem / 10 > (256u << 20) ? mem - mem / 10 - (256u << 20) : 0;
+    all = l->embd_bytes + l->head_bytes + l->layer_bytes * (uint64_t)l->n_layer;
+    if (all <= usable) return l->n_layer;
+    if (usable <= l->head_bytes) return 0;
+    return (int32_t)KILN__MIN((usable - l->head_bytes) / l->layer_bytes, (uint64_t)l->n_layer);
+}
+
+/* The first layer the backends before the CPU take (engine.h), from params->gpu_layers: the default 0 is
+ * everything; otherwise the last n layers (auto: as many as fit), none when n is 0. */
+static kiln_status resolve_layers(kiln_engine *e, const kiln_model_params *p, const kiln_engine_layers *l) {
+    int32_t n = p->gpu_layers;
+    if (n < KILN_GPU_LAYERS_AUTO)
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "gpu_layers %d is not a layer count, KILN_GPU_LAYERS_NONE or _AUTO", n);
+    e->first_layer = 0;
+    if (n == 0 || e->n_backends == 1) return KILN_OK;
+    if (n == KILN_GPU_LAYERS_AUTO) {
+        n = kiln__engine_fit_layers(device_memory(e->backends[0]), l);
+        size_t used = strlen(e->note);
+        snprintf(e->note + used, sizeof e->note - used, "%sgpu layers auto: %d of %d on %s", used ? "; " : "",
+                 n, l->n_layer, kiln__backend_name(e->backends[0]));
+    }
+    e->first_layer = n <= 0 ? INT32_MAX : n >= l->n_layer ? 0 : l->n_layer - n;
+    return KILN_OK;
+}
+
+kiln_status kiln__engine_create(const kiln_model_params *p, const kiln_engine_layers *layers,
+                                const void *mapping, size_t mapping_size, kiln_engine **out) {
     kiln_engine *e;
     kiln_status st;
     *out = NULL;
@@ -85,6 +131,7 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
     pthread_mutex_init(&e->lock, NULL);
     e->n_threads = p->n_threads ? p->n_threads : kiln_default_threads();
     st = start_devices(e, p->devices);
+    if (!st) st = resolve_layers(e, p, layers);
     if (!st) {
         kiln__backend_cpu_set_mapping(e->cpu, mapping, mapping_size);
         for (int32_t i = 0; i < e->n_backends; i++)
@@ -96,6 +143,7 @@ kiln_status kiln__engine_create(const kiln_model_params *p, const void *mapping,
         for (int32_t i = 0; i < e->n_backends; i++)
             list[i] = (kiln_sched_backend){e->backends[i], e->min_batch[i]};
         st = kiln__sched_create(list, e->n_backends, &e->sched);
+        if (!st) st = kiln__sched_set_first_layer(e->sched, e->first_layer);
     }
     if (st) {
         kiln__engine_destroy(e);

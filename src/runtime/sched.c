@@ -24,6 +24,7 @@ struct kiln_sched {
     kiln_sched_backend *list; /* [n] */
     bool *is_host;            /* [n] */
     int32_t n;
+    int32_t first_layer; /* partial offload (kiln__sched_set_first_layer) */
 };
 
 typedef struct sched_split {
@@ -56,6 +57,7 @@ struct kiln_sched_plan {
     kiln_graph *g;
     int32_t n_nodes, n_tensors0; /* at plan time, before the copies were added */
     int32_t *home;               /* by tensor id (< n_tensors0): where its bytes live */
+    int32_t *layer;              /* by tensor id (< n_tensors0): its layer for assignment, or -1 */
     int32_t *run;                /* [n_nodes] the backend whose split holds the node */
     uint8_t *member;             /* [n_backends][n_nodes] the nodes each arena holds */
     int32_t *keep_until;         /* by tensor id (final count): the plan's keep_until */
@@ -119,6 +121,13 @@ kiln_status kiln__sched_create(const kiln_sched_backend *list, int32_t n, kiln_s
     return KILN_OK;
 }
 
+kiln_status kiln__sched_set_first_layer(kiln_sched *s, int32_t first_layer) {
+    if (first_layer < 0)
+        return kiln__error(KILN_E_INVALID_ARG, "scheduler: first layer %d is negative", first_layer);
+    s->first_layer = first_layer;
+    return KILN_OK;
+}
+
 void kiln__sched_destroy(kiln_sched *s) {
     if (!s) return;
     kiln__dealloc(s->list);
@@ -152,9 +161,16 @@ static int32_t cache_home(const kiln_sched_plan *p, const kiln_tensor *t) {
     return HOST_LEAF;
 }
 
-/* The backend of computing node t: the first that supports it and whose min_batch the batch reaches; a
- * node that touches a KV cache runs where the cache lives. */
-static kiln_status choose(const kiln_sched_plan *p, const kiln_tensor *t, int32_t n_tokens, int32_t *out) {
+/* Whether the backends before the last admit a node of this layer (-1: of none). */
+static bool admits_layer(const kiln_sched *s, int32_t layer) {
+    return s->first_layer <= 0 || layer >= s->first_layer;
+}
+
+/* The backend of computing node t of the given layer: the first that supports it, whose min_batch the
+ * batch reaches and whose first_layer admits the layer; a node that touches a KV cache runs where the
+ * cache lives. */
+static kiln_status choose(const kiln_sched_plan *p, const kiln_tensor *t, int32_t layer, int32_t n_tokens,
+                          int32_t *out) {
     const kiln_sched *s = p->sched;
     int32_t last = s->n - 1, h = touches_cache(t) ? cache_home(p, t) : HOST_LEAF;
     if (h != HOST_LEAF) {
@@ -166,7 +182,8 @@ static kiln_status choose(const kiln_sched_plan *p, const kiln_tensor *t, int32_
     }
     if (!touches_cache(t))
         for (int32_t i = 0; i < last; i++)
-            if (n_tokens >= s->list[i].min_batch && kiln__backend_supports_op(s->list[i].backend, t)) {
+            if (n_tokens >= s->list[i].min_batch && admits_layer(s, layer) &&
+                kiln__backend_supports_op(s->list[i].backend, t)) {
                 *out = i;
                 return KILN_OK;
             }
@@ -178,13 +195,15 @@ static kiln_status choose(const kiln_sched_plan *p, const kiln_tensor *t, int32_
     return KILN_OK;
 }
 
-/* Homes of every tensor and the split backend of every node (views join the run they sit in). */
+/* Homes of every tensor and the split backend of every node (views join the run they sit in). p->layer
+ * gets every tensor's layer: its tag, or for an untagged node the highest of its sources' (see sched.h). */
 static kiln_status assign(kiln_sched_plan *p, int32_t n_tokens) {
     int32_t first = -1, cur = -1;
     kiln_status st;
     for (int32_t id = 0; id < p->n_tensors0; id++) {
         const kiln_tensor *t = kiln__graph_tensor(p->g, id);
         p->home[id] = HOST_LEAF;
+        p->layer[id] = t->layer;
         /* A KV cache lives in host memory, or in the buffers of the device backend that holds it. */
         for (int32_t b = 0; (t->flags & KILN_TENSOR_CACHE) && t->op == KILN_OP_NONE && b < p->sched->n - 1; b++)
             if (!p->sched->is_host[b] && kiln__backend_owns(p->sched->list[b].backend, t->data)) {
@@ -194,12 +213,15 @@ static kiln_status assign(kiln_sched_plan *p, int32_t n_tokens) {
     }
     for (int32_t i = 0; i < p->n_nodes; i++) {
         kiln_tensor *t = kiln__graph_node(p->g, i);
+        for (int k = 0; k < KILN_MAX_SRC && t->layer < 0; k++)
+            if (t->src[k] && t->src[k]->id < p->n_tensors0)
+                p->layer[t->id] = KILN__MAX(p->layer[t->id], p->layer[t->src[k]->id]);
         if (!computes(t)) {
             p->home[t->id] = p->home[root_of(t)->id];
             p->run[i] = cur;
             continue;
         }
-        if ((st = choose(p, t, n_tokens, &cur))) return st;
+        if ((st = choose(p, t, p->layer[t->id], n_tokens, &cur))) return st;
         p->home[t->id] = t->op == KILN_OP_CACHE_WRITE ? p->home[root_of(t)->id] : cur;
         p->run[i] = cur;
         if (first < 0) first = cur;
@@ -423,6 +445,7 @@ static kiln_status alloc_tables(kiln_sched_plan *p) {
     if (kiln__mul_overflow_size(nb, nt, &pairs))
         return kiln__error(KILN_E_RANGE, "scheduler: tables overflow");
     p->home = kiln__alloc_array(nt, sizeof *p->home);
+    p->layer = kiln__alloc_array(nt, sizeof *p->layer);
     p->run = kiln__alloc_array(nn, sizeof *p->run);
     p->member = kiln__alloc_array(nb, nn);
     p->copy_of = kiln__alloc_array(pairs, sizeof *p->copy_of);
@@ -431,8 +454,8 @@ static kiln_status alloc_tables(kiln_sched_plan *p) {
     p->planned = kiln__calloc(nb, sizeof *p->planned);
     p->arena_bytes = kiln__calloc(nb, sizeof *p->arena_bytes);
     p->arenas = kiln__calloc(nb, sizeof *p->arenas);
-    if (!p->home || !p->run || !p->member || !p->copy_of || !p->twin_of || !p->splits || !p->planned ||
-        !p->arena_bytes || !p->arenas)
+    if (!p->home || !p->layer || !p->run || !p->member || !p->copy_of || !p->twin_of || !p->splits ||
+        !p->planned || !p->arena_bytes || !p->arenas)
         return kiln__nomem("the scheduler's plan");
     for (size_t i = 0; i < pairs; i++) p->copy_of[i] = p->twin_of[i] = -1;
     return KILN_OK;
@@ -469,6 +492,7 @@ void kiln__sched_plan_destroy(kiln_sched_plan *p) {
     for (int32_t i = 0; p->outputs && i < p->n_outputs; i++) kiln__dealloc(p->outputs[i].mirror);
     kiln__dealloc(p->outputs);
     kiln__dealloc(p->home);
+    kiln__dealloc(p->layer);
     kiln__dealloc(p->run);
     kiln__dealloc(p->member);
     kiln__dealloc(p->keep_until);

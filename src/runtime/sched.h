@@ -4,8 +4,12 @@
  * memory it cannot reach.
  *
  * kiln__sched_plan_create() takes an ordered, pass-optimized graph and
- *   1. assigns every computing node to the first backend whose supports_op accepts it and whose min_batch
- *      <= n_tokens (the last backend takes whatever is left, whatever its min_batch). Nodes that read or
+ *   1. assigns every computing node to the first backend whose supports_op accepts it, whose min_batch
+ *      <= n_tokens and, for the backends before the last, when the node's layer is at least the
+ *      scheduler's first_layer (kiln__sched_set_first_layer; partial offload) (the last backend takes
+ *      whatever is left, whatever its min_batch). A node's layer is its tag (kiln_tensor.layer, set by the
+ *      model builder), or for an untagged node (one the passes made) the highest layer among its sources,
+ *      taken in execution order: so a fused node belongs to the layer of what it fused. Nodes that read or
  *      write a KV cache (a leaf flagged KILN_TENSOR_CACHE, or a view of one such as a cache_write result)
  *      run where the cache lives: on the device backend whose buffer holds it (kiln__backend_owns; the
  *      context put it there because that backend said it holds_kv, whatever its min_batch), and which must
@@ -59,6 +63,9 @@ typedef struct kiln_sched_backend {
  * are distinct, min_batch >= 0, and each backend's alignment divides the planner's (KILN_PLAN_ALIGN). */
 kiln_status kiln__sched_create(const kiln_sched_backend *list, int32_t n, kiln_sched **out);
 void kiln__sched_destroy(kiln_sched *s); /* does not destroy the backends */
+/* Partial offload: the backends before the last take only nodes of layers >= first_layer (0, the default:
+ * every node, those of no layer included; INT32_MAX: none). Plans made afterwards follow it. */
+kiln_status kiln__sched_set_first_layer(kiln_sched *s, int32_t first_layer);
 int32_t kiln__sched_n_backends(const kiln_sched *s);
 kiln_backend *kiln__sched_backend(const kiln_sched *s, int32_t i);
 
