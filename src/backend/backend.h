@@ -29,7 +29,8 @@
  *                 then a plan commit); every node of the range is one this backend supports. Nodes outside
  *                 the range are neither run nor read except as sources of nodes inside it.
  *   destroy       releases the backend
- *   memory        optional: what it prepared (repacked weights); the wrapper reports zeros without it
+ *   memory        optional: what it prepared (repacked weights) and, for a device, its memory's size; the
+ *                 wrapper reports zeros without it
  *   describe      optional: the name with the device it runs on, for kiln_model_backends
  *   holds_kv      optional: whether a context's KV cache of this type, n_cells cells of row_bytes each, may
  *                 live in its buffers: then it must run every node that reads or writes the cache, for
@@ -142,6 +143,7 @@ struct kiln_backend_memory {
     uint64_t prepared_bytes;
     uint64_t released_bytes; /* mapped file bytes handed back after preparing */
     kiln_device_memory device; /* a device backend's memory pool (zeros for the CPU) */
+    uint64_t capacity;         /* a device backend's memory: its largest device-local heap (0: unknown) */
 };
 void kiln__backend_memory(const kiln_backend *b, kiln_backend_memory *out);
 

@@ -73,21 +73,12 @@ static kiln_status start_devices(kiln_engine *e, const char *list) {
     return KILN_OK;
 }
 
-/* The memory of the device behind backend b, in bytes (0: unknown): its largest device-local heap. The
- * backend interface has no slot for it yet; a Vulkan backend describes itself as "vulkan:N (...)", N its
- * index in kiln_device_get. */
+/* The memory of the device behind backend b, in bytes (0: unknown): its largest device-local heap, as the
+ * backend reports it. */
 static uint64_t device_memory(const kiln_backend *b) {
-    const char *d = kiln__backend_describe(b);
-    kiln_device_info info;
-    uint64_t best = 0;
-    int n = -1;
-    if (!d || sscanf(d, "vulkan:%d", &n) != 1 || n < 0 || kiln_device_get(n, &info)) {
-        kiln__error_clear();
-        return 0;
-    }
-    for (int32_t h = 0; h < info.n_heaps && h < 8; h++)
-        if (info.heap_device_local[h]) best = KILN__MAX(best, info.heap_bytes[h]);
-    return best;
+    kiln_backend_memory m;
+    kiln__backend_memory(b, &m);
+    return m.capacity;
 }
 
 int32_t kiln__engine_fit_layers(uint64_t mem, const kiln_engine_layers *l) {

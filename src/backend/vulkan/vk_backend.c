@@ -513,6 +513,9 @@ static void vk_memory(const kiln_backend *b, kiln_backend_memory *out) {
     out->device.bytes = st.bytes_device;
     out->device.peak_bytes = st.bytes_peak;
     out->device.weight_bytes = c->weight_bytes;
+    out->capacity = 0;
+    for (int32_t h = 0; h < c->dev->info.n_heaps && h < 8; h++)
+        if (c->dev->info.heap_device_local[h]) out->capacity = KILN__MAX(out->capacity, c->dev->info.heap_bytes[h]);
 }
 
 static void vk_destroy(kiln_backend *b) {
