@@ -1,8 +1,8 @@
 /*
  * onnx_internal.h - what the ONNX reader's files share: the protobuf wire cursor (onnx_wire.c), the
  * in-memory model that the decoder (onnx_parse.c, onnx_tensor.c) builds in one arena, the external-data
- * resolver (onnx_external.c), the operator table (onnx_ops.c), the load-time checks (onnx_validate.c) and
- * static shape inference (onnx_shape.c).
+ * resolver (onnx_external.c), the operator table (onnx_ops.c), the load-time checks (onnx_validate.c),
+ * static shape inference (onnx_shape.c) and the folding of shape subgraphs (onnx_fold.c).
  *
  * Lifetime: every name, table and copied tensor lives in the model's arena; tensor data that is aligned in
  * the image (or in an external file's mapping) is used in place. Everything dies with kiln_onnx_destroy.
@@ -235,5 +235,7 @@ const kiln__onnx_attr *kiln__onnx_find_attr(const kiln__onnx_node *n, const char
 kiln__onnx_value *kiln__onnx_value_find(const kiln_onnx *m, const char *name);
 /* Infer node n's output types and shapes from its inputs' (every input already has a value entry). */
 kiln_status kiln__onnx_infer(kiln_onnx *m, const kiln__onnx_node *n);
+/* After inference: make node n's output a constant when its inputs are and it computes shapes (onnx_fold.c). */
+kiln_status kiln__onnx_fold(kiln_onnx *m, const kiln__onnx_node *n);
 
 #endif /* KILN_ONNX_INTERNAL_H */

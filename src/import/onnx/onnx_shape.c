@@ -261,14 +261,21 @@ static kiln_status infer_transpose(const kiln_onnx *m, const kiln__onnx_node *n,
     return KILN_OK;
 }
 
-/* The product of dims [lo, hi), or unknown. */
+/* The product of dims [lo, hi): a number, the one symbol when every other dim is 1, or unknown. */
 static kiln_onnx_dim prod(const shp *x, int32_t lo, int32_t hi) {
-    kiln_onnx_dim r = {1, NULL};
+    kiln_onnx_dim r = {1, NULL}, sym = unknown_dim;
+    int32_t n_sym = 0;
     for (int32_t d = lo; d < hi; d++) {
-        if (x->d[d].value < 0) return unknown_dim;
-        if (kiln__mul_overflow_i64(r.value, x->d[d].value, &r.value)) return unknown_dim;
+        if (x->d[d].value < 0) {
+            if (!x->d[d].param) return unknown_dim;
+            sym = x->d[d];
+            n_sym++;
+        } else if (kiln__mul_overflow_i64(r.value, x->d[d].value, &r.value)) {
+            return unknown_dim;
+        }
     }
-    return r;
+    if (n_sym == 0) return r;
+    return n_sym == 1 && r.value == 1 ? sym : unknown_dim;
 }
 
 static kiln_status infer_reshape(const kiln_onnx *m, const kiln__onnx_node *n, shp *out) {
@@ -543,6 +550,10 @@ static kiln_status infer_shape_op(kiln_onnx *m, const kiln__onnx_node *n, shp *o
 
 static kiln_status infer_range(const kiln_onnx *m, const kiln__onnx_node *n, shp *out) {
     double a, b, step;
+    for (int32_t k = 0; k < 3; k++)
+        if (input(m, n, k)->info.rank > 0)
+            return kiln__error(KILN_E_FORMAT, "input '%.128s' has rank %d; Range takes scalars", n->inputs[k],
+                               input(m, n, k)->info.rank);
     *out = known(1);
     if (!const_scalar(m, n, 0, &a) || !const_scalar(m, n, 1, &b) || !const_scalar(m, n, 2, &step)) return KILN_OK;
     if (step == 0) return kiln__error(KILN_E_FORMAT, "delta is 0");
@@ -600,8 +611,9 @@ static const char *in_name(const kiln__onnx_node *n, int32_t k) {
 static kiln_status check_types(const kiln_onnx *m, const kiln__onnx_node *n) {
     const kiln__onnx_op *op = n->op;
     bool where = op->shape == KILN__SHAPE_BROADCAST && op->type_from == 1;
-    bool shared = op->shape == KILN__SHAPE_BROADCAST || op->shape == KILN__SHAPE_MATMUL || op->shape == KILN__SHAPE_GEMM ||
-                  op->shape == KILN__SHAPE_CONCAT;
+    /* Pow's exponent has a type of its own (T1); the other broadcasting operators share T. */
+    bool shared = (op->shape == KILN__SHAPE_BROADCAST && strcmp(op->name, "Pow") != 0) ||
+                  op->shape == KILN__SHAPE_MATMUL || op->shape == KILN__SHAPE_GEMM || op->shape == KILN__SHAPE_CONCAT;
     const kiln__onnx_value *v0 = input(m, n, 0);
     int32_t t0 = v0 ? v0->info.type : 0;
     if (t0 && (t0 >= 32 || !(op->types & KILN__TBIT(t0))))

@@ -228,7 +228,8 @@ static kiln_status infer_all(kiln_onnx *m) {
     for (int32_t k = 0; k < m->n_nodes; k++) {
         int32_t i = m->order[k];
         const kiln__onnx_node *n = &m->nodes[i];
-        if ((s = kiln__onnx_infer(m, n))) return kiln__error_prefix(s, NODE_FMT ": ", NODE_ARGS(m, i, n));
+        if ((s = kiln__onnx_infer(m, n)) || (s = kiln__onnx_fold(m, n)))
+            return kiln__error_prefix(s, NODE_FMT ": ", NODE_ARGS(m, i, n));
     }
     for (int32_t j = 0; j < m->n_vinfos; j++) {
         kiln__onnx_value *v = kiln__onnx_value_find(m, m->vinfos[j].name);
