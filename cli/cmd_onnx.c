@@ -26,9 +26,12 @@ static void json_string(const char *s) {
     putchar('"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
-        else putchar(c);
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
     }
     putchar('"');
 }
@@ -41,10 +44,14 @@ static void print_shape(const kiln_onnx_value_info *v, bool json) {
     putchar('[');
     for (int32_t d = 0; d < v->rank; d++) {
         if (d) fputs(", ", stdout);
-        if (v->dims[d].value >= 0) printf("%" PRId64, v->dims[d].value);
-        else if (v->dims[d].param && json) json_string(v->dims[d].param);
-        else if (v->dims[d].param) fputs(v->dims[d].param, stdout);
-        else fputs(json ? "null" : "?", stdout);
+        if (v->dims[d].value >= 0)
+            printf("%" PRId64, v->dims[d].value);
+        else if (v->dims[d].param && json)
+            json_string(v->dims[d].param);
+        else if (v->dims[d].param)
+            fputs(v->dims[d].param, stdout);
+        else
+            fputs(json ? "null" : "?", stdout);
     }
     putchar(']');
 }
@@ -52,8 +59,10 @@ static void print_shape(const kiln_onnx_value_info *v, bool json) {
 typedef kiln_status (*value_getter)(const kiln_onnx *, int32_t, kiln_onnx_value_info *);
 
 static void print_values(const kiln_onnx *m, const char *title, int32_t n, value_getter get, bool json) {
-    if (json) printf(", \"%s\": [", title);
-    else printf("%s (%d):\n", title, n);
+    if (json)
+        printf(", \"%s\": [", title);
+    else
+        printf("%s (%d):\n", title, n);
     for (int32_t i = 0; i < n; i++) {
         kiln_onnx_value_info v;
         if (get(m, i, &v)) continue;
@@ -75,16 +84,20 @@ static void print_values(const kiln_onnx *m, const char *title, int32_t n, value
 /* Node counts by operator type, in order of first appearance. */
 static void print_ops(const kiln_onnx *m, bool json) {
     int32_t n = kiln_onnx_node_count(m), shown = 0;
-    if (json) printf(", \"node_count\": %d, \"ops\": {", n);
-    else printf("nodes (%d):\n", n);
+    if (json)
+        printf(", \"node_count\": %d, \"ops\": {", n);
+    else
+        printf("nodes (%d):\n", n);
     for (int32_t i = 0; i < n; i++) {
         kiln_onnx_node_info node, prev;
         int32_t count = 0;
         bool seen = false;
         kiln_onnx_node(m, i, &node);
-        for (int32_t j = 0; j < i && !seen; j++) seen = !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
+        for (int32_t j = 0; j < i && !seen; j++)
+            seen = !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
         if (seen) continue;
-        for (int32_t j = i; j < n; j++) count += !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
+        for (int32_t j = i; j < n; j++)
+            count += !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
         if (json) {
             printf(shown++ ? ", " : "");
             json_string(node.op_type);
@@ -106,12 +119,12 @@ static void print_model(const kiln_onnx *m, const char *path, bool json) {
         if (t.external) n_ext++, ext_bytes += t.size;
     }
     if (json) {
-        printf("{\"ir_version\": %" PRId64 ", \"opset\": %" PRId64 ", \"producer\": ", kiln_onnx_ir_version(m),
-               kiln_onnx_opset(m));
+        printf("{\"ir_version\": %" PRId64 ", \"opset\": %" PRId64 ", \"producer\": ",
+               kiln_onnx_ir_version(m), kiln_onnx_opset(m));
         json_string(kiln_onnx_producer(m));
     } else {
-        printf("%s: ONNX IR version %" PRId64 ", opset %" PRId64 ", producer '%s'\n\n", path, kiln_onnx_ir_version(m),
-               kiln_onnx_opset(m), kiln_onnx_producer(m));
+        printf("%s: ONNX IR version %" PRId64 ", opset %" PRId64 ", producer '%s'\n\n", path,
+               kiln_onnx_ir_version(m), kiln_onnx_opset(m), kiln_onnx_producer(m));
     }
     print_values(m, "inputs", kiln_onnx_input_count(m), kiln_onnx_input, json);
     if (!json) putchar('\n');
@@ -123,8 +136,8 @@ static void print_model(const kiln_onnx *m, const char *path, bool json) {
                "\"external_bytes\": %" PRIu64 "}}\n",
                n_init, bytes, n_ext, ext_bytes);
     else
-        printf("\ninitializers: %d, %" PRIu64 " bytes (%d in external data files, %" PRIu64 " bytes)\n", n_init, bytes,
-               n_ext, ext_bytes);
+        printf("\ninitializers: %d, %" PRIu64 " bytes (%d in external data files, %" PRIu64 " bytes)\n",
+               n_init, bytes, n_ext, ext_bytes);
 }
 
 int cmd_onnx(int argc, char **argv) {
@@ -141,10 +154,14 @@ int cmd_onnx(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(onnx_help, stdout);
             return CLI_OK;
-        } else if (!strcmp(argv[i], "--json")) json = true;
-        else if (argv[i][0] == '-') return cli_usage_error("onnx", "unknown option '%s'", argv[i]);
-        else if (path) return cli_usage_error("onnx", "more than one FILE");
-        else path = argv[i];
+        } else if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (argv[i][0] == '-')
+            return cli_usage_error("onnx", "unknown option '%s'", argv[i]);
+        else if (path)
+            return cli_usage_error("onnx", "more than one FILE");
+        else
+            path = argv[i];
     }
     if (!path) return cli_usage_error("onnx", "missing FILE");
     if ((s = kiln_onnx_load(path, &m))) return cli_fail("onnx", s, NULL);

@@ -35,7 +35,8 @@ static void walk_value(const kiln_onnx_value_info *v) {
 
 static void walk_tensor(const kiln_onnx_tensor_info *t) {
     if (!t->name || t->rank < 0 || t->rank > KILN_MAX_ONNX_RANK) __builtin_trap();
-    for (int32_t d = 0; d < t->rank; d++) sink ^= (uint8_t)t->dims[d];
+    for (int32_t d = 0; d < t->rank; d++)
+        sink ^= (uint8_t)t->dims[d];
     touch(t->data, t->size);
 }
 
@@ -43,7 +44,8 @@ static void walk_node(const kiln_onnx *m, int32_t i) {
     kiln_onnx_node_info n;
     kiln_onnx_value_info v;
     if (kiln_onnx_node(m, i, &n) != KILN_OK) __builtin_trap();
-    for (int32_t k = 0; k < n.n_inputs; k++) sink ^= (uint8_t)n.inputs[k][0];
+    for (int32_t k = 0; k < n.n_inputs; k++)
+        sink ^= (uint8_t)n.inputs[k][0];
     for (int32_t k = 0; k < n.n_outputs; k++) {
         if (!n.outputs[k][0]) continue;
         if (kiln_onnx_value(m, n.outputs[k], &v) != KILN_OK) __builtin_trap();
@@ -56,7 +58,8 @@ static void walk_node(const kiln_onnx *m, int32_t i) {
         if (a.type == KILN_ONNX_ATTR_FLOATS) touch(a.floats, (uint64_t)a.n * 4);
         if (a.type == KILN_ONNX_ATTR_STRING) touch(a.s.data, a.s.len);
         if (a.type == KILN_ONNX_ATTR_TENSOR) walk_tensor(&a.t);
-        for (int64_t k = 0; a.type == KILN_ONNX_ATTR_STRINGS && k < a.n; k++) touch(a.strings[k].data, a.strings[k].len);
+        for (int64_t k = 0; a.type == KILN_ONNX_ATTR_STRINGS && k < a.n; k++)
+            touch(a.strings[k].data, a.strings[k].len);
     }
     if (kiln_onnx_node_attr(m, i, n.n_attrs, &(kiln_onnx_attr_info){0}) == KILN_OK) __builtin_trap();
 }
@@ -78,7 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (kiln_onnx_output(m, i, &v) != KILN_OK) __builtin_trap();
         walk_value(&v);
     }
-    for (int32_t i = 0; i < kiln_onnx_node_count(m); i++) walk_node(m, i);
+    for (int32_t i = 0; i < kiln_onnx_node_count(m); i++)
+        walk_node(m, i);
     for (int32_t i = 0; i < kiln_onnx_initializer_count(m); i++) {
         if (kiln_onnx_initializer(m, i, &t) != KILN_OK) __builtin_trap();
         walk_tensor(&t);

@@ -51,8 +51,10 @@ static void put_value_info(buf *o, uint32_t field, const char *name, const int64
     buf vi = {{0}, 0}, type = {{0}, 0}, tensor = {{0}, 0}, shape = {{0}, 0};
     for (int d = 0; d < rank; d++) {
         buf dim = {{0}, 0};
-        if (dims[d] >= 0) put_int(&dim, 1, (uint64_t)dims[d]);
-        else put_str(&dim, 2, "batch");
+        if (dims[d] >= 0)
+            put_int(&dim, 1, (uint64_t)dims[d]);
+        else
+            put_str(&dim, 2, "batch");
         put_msg(&shape, 1, &dim);
     }
     put_int(&tensor, 1, 1); /* FLOAT */

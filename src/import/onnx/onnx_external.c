@@ -28,16 +28,18 @@ static kiln_status check_location(const char *tensor, const char *loc) {
     const char *p = loc;
     if (!*loc) return kiln__error(KILN_E_FORMAT, "tensor '%.128s': empty external data location", tensor);
     if (loc[0] == '/' || strchr(loc, '\\'))
-        return kiln__error(KILN_E_FORMAT,
-                           "tensor '%.128s': external data location '%.128s' must be a relative path inside the "
-                           "model's folder",
-                           tensor, loc);
+        return kiln__error(
+            KILN_E_FORMAT,
+            "tensor '%.128s': external data location '%.128s' must be a relative path inside the "
+            "model's folder",
+            tensor, loc);
     while (*p) {
         size_t n = strcspn(p, "/");
         if (n == 2 && p[0] == '.' && p[1] == '.')
-            return kiln__error(KILN_E_FORMAT,
-                               "tensor '%.128s': external data location '%.128s' leaves the model's folder (\"..\")",
-                               tensor, loc);
+            return kiln__error(
+                KILN_E_FORMAT,
+                "tensor '%.128s': external data location '%.128s' leaves the model's folder (\"..\")", tensor,
+                loc);
         p += n;
         if (*p == '/') p++;
     }
@@ -55,15 +57,17 @@ static kiln_status map_file(kiln_onnx *m, const char *tensor, const char *real, 
             return KILN_OK;
         }
     if (count >= (int)KILN_MAX_ONNX_EXTERNAL_FILES)
-        return kiln__error(KILN_E_FORMAT, "tensor '%.128s': more than %u external data files (KILN_MAX_ONNX_EXTERNAL_FILES)",
+        return kiln__error(KILN_E_FORMAT,
+                           "tensor '%.128s': more than %u external data files (KILN_MAX_ONNX_EXTERNAL_FILES)",
                            tensor, KILN_MAX_ONNX_EXTERNAL_FILES);
     fd = open(real, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return kiln__error(KILN_E_IO, "tensor '%.128s': cannot open external data file '%s': %s", tensor, real,
-                           strerror(errno));
+        return kiln__error(KILN_E_IO, "tensor '%.128s': cannot open external data file '%s': %s", tensor,
+                           real, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return kiln__error(KILN_E_IO, "tensor '%.128s': external data '%s' is not a regular file", tensor, real);
+        return kiln__error(KILN_E_IO, "tensor '%.128s': external data '%s' is not a regular file", tensor,
+                           real);
     }
     e = kiln__calloc(1, sizeof *e);
     if (!e) {
@@ -98,31 +102,38 @@ kiln_status kiln__onnx_external(kiln_onnx *m, const char *tensor, const char *lo
     kiln_status s = check_location(tensor, location);
     if (s) return s;
     if (!m->dir)
-        return kiln__error(KILN_E_INVALID_ARG,
-                           "tensor '%.128s': refers to external data '%.128s', but the model was loaded from memory "
-                           "without a folder",
-                           tensor, location);
+        return kiln__error(
+            KILN_E_INVALID_ARG,
+            "tensor '%.128s': refers to external data '%.128s', but the model was loaded from memory "
+            "without a folder",
+            tensor, location);
     if (!realpath(m->dir, dir))
-        return kiln__error(KILN_E_IO, "tensor '%.128s': the model's folder '%s': %s", tensor, m->dir, strerror(errno));
+        return kiln__error(KILN_E_IO, "tensor '%.128s': the model's folder '%s': %s", tensor, m->dir,
+                           strerror(errno));
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, location) >= sizeof path)
-        return kiln__error(KILN_E_FORMAT, "tensor '%.128s': external data path '%.128s' is too long", tensor, location);
+        return kiln__error(KILN_E_FORMAT, "tensor '%.128s': external data path '%.128s' is too long", tensor,
+                           location);
     if (!realpath(path, real))
         return kiln__error(KILN_E_IO, "tensor '%.128s': external data file '%.128s': %s", tensor, location,
                            strerror(errno));
     n = strlen(dir);
     if (strncmp(real, dir, n) != 0 || (real[n] != '/' && !(n == 1 && dir[0] == '/')))
-        return kiln__error(KILN_E_FORMAT, "tensor '%.128s': external data '%.128s' resolves outside the model's folder",
+        return kiln__error(KILN_E_FORMAT,
+                           "tensor '%.128s': external data '%.128s' resolves outside the model's folder",
                            tensor, location);
     if ((s = map_file(m, tensor, real, &e))) return s;
     if (offset > e->map.size)
-        return kiln__error(KILN_E_FORMAT, "tensor '%.128s': external data offset %llu is past the end of '%.128s' (%zu bytes)",
-                           tensor, (unsigned long long)offset, location, e->map.size);
+        return kiln__error(
+            KILN_E_FORMAT,
+            "tensor '%.128s': external data offset %llu is past the end of '%.128s' (%zu bytes)", tensor,
+            (unsigned long long)offset, location, e->map.size);
     if (length == UINT64_MAX) length = e->map.size - offset;
     if (length > e->map.size - offset)
-        return kiln__error(KILN_E_FORMAT,
-                           "tensor '%.128s': external data offset %llu + length %llu exceeds the size of '%.128s' "
-                           "(%zu bytes)",
-                           tensor, (unsigned long long)offset, (unsigned long long)length, location, e->map.size);
+        return kiln__error(
+            KILN_E_FORMAT,
+            "tensor '%.128s': external data offset %llu + length %llu exceeds the size of '%.128s' "
+            "(%zu bytes)",
+            tensor, (unsigned long long)offset, (unsigned long long)length, location, e->map.size);
     *data = e->map.base ? (const uint8_t *)e->map.base + offset : (const uint8_t *)"";
     *size = length;
     return KILN_OK;

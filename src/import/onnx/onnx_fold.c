@@ -18,7 +18,8 @@
 #define KILN__FOLD_MAX 1024
 
 static const kiln__onnx_tensor *const_in(const kiln_onnx *m, const kiln__onnx_node *n, int32_t k) {
-    const kiln__onnx_value *v = k < n->n_inputs && n->inputs[k][0] ? kiln__onnx_value_find(m, n->inputs[k]) : NULL;
+    const kiln__onnx_value *v =
+        k < n->n_inputs && n->inputs[k][0] ? kiln__onnx_value_find(m, n->inputs[k]) : NULL;
     return v ? v->init : NULL;
 }
 
@@ -34,7 +35,8 @@ static int64_t get_i64(const kiln__onnx_tensor *t, uint64_t i) {
 }
 
 /* Element i of the output of a numpy-broadcast binary op on two int64 tensors of rank <= 1. */
-static bool binary(const char *op, const kiln__onnx_tensor *a, const kiln__onnx_tensor *b, uint64_t i, int64_t *out) {
+static bool binary(const char *op, const kiln__onnx_tensor *a, const kiln__onnx_tensor *b, uint64_t i,
+                   int64_t *out) {
     int64_t x = get_i64(a, a->n_elements == 1 ? 0 : i), y = get_i64(b, b->n_elements == 1 ? 0 : i);
     if (!strcmp(op, "Add")) return !__builtin_add_overflow(x, y, out);
     if (!strcmp(op, "Sub")) return !__builtin_sub_overflow(x, y, out);
@@ -54,7 +56,8 @@ static bool compute(const kiln_onnx *m, const kiln__onnx_node *n, uint64_t count
         for (int32_t j = 0; j < n->n_inputs; j++) {
             const kiln__onnx_tensor *t = const_in(m, n, j);
             if (!t || t->type != KILN_ONNX_INT64 || t->rank != 1) return false;
-            for (uint64_t i = 0; i < t->n_elements && k < count; i++) vals[k++] = get_i64(t, i);
+            for (uint64_t i = 0; i < t->n_elements && k < count; i++)
+                vals[k++] = get_i64(t, i);
         }
         return k == count;
     }
@@ -72,19 +75,22 @@ static bool compute(const kiln_onnx *m, const kiln__onnx_node *n, uint64_t count
     }
     if (!strcmp(op, "Cast")) {
         if (!ints || a->n_elements != count) return false;
-        for (uint64_t i = 0; i < count; i++) vals[i] = get_i64(a, i);
+        for (uint64_t i = 0; i < count; i++)
+            vals[i] = get_i64(a, i);
         return true;
     }
-    if (!b || a->type != KILN_ONNX_INT64 || b->type != KILN_ONNX_INT64 || a->rank > 1 || b->rank > 1) return false;
-    if ((a->n_elements != 1 && a->n_elements != count) || (b->n_elements != 1 && b->n_elements != count)) return false;
+    if (!b || a->type != KILN_ONNX_INT64 || b->type != KILN_ONNX_INT64 || a->rank > 1 || b->rank > 1)
+        return false;
+    if ((a->n_elements != 1 && a->n_elements != count) || (b->n_elements != 1 && b->n_elements != count))
+        return false;
     for (uint64_t i = 0; i < count; i++)
         if (!binary(op, a, b, i, &vals[i])) return false;
     return true;
 }
 
 static bool same_bytes_op(const char *op) {
-    return !strcmp(op, "Identity") || !strcmp(op, "Reshape") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") ||
-           !strcmp(op, "Flatten");
+    return !strcmp(op, "Identity") || !strcmp(op, "Reshape") || !strcmp(op, "Squeeze") ||
+           !strcmp(op, "Unsqueeze") || !strcmp(op, "Flatten");
 }
 
 static bool foldable(const char *op) {
@@ -110,7 +116,8 @@ kiln_status kiln__onnx_fold(kiln_onnx *m, const kiln__onnx_node *n) {
     t = kiln__onnx_alloc(m, 1, sizeof *t, "a folded constant");
     int64_t *dims = kiln__onnx_alloc(m, (size_t)out->info.rank, sizeof *dims, "a folded constant");
     if (!t || !dims) return KILN_E_NOMEM;
-    for (int32_t d = 0; d < out->info.rank; d++) dims[d] = out->info.dims[d].value;
+    for (int32_t d = 0; d < out->info.rank; d++)
+        dims[d] = out->info.dims[d].value;
     *t = (kiln__onnx_tensor){out->info.name, out->info.type, out->info.rank, dims, count, NULL, 0, false};
     if (same_bytes_op(n->op_type)) {
         const kiln__onnx_tensor *a = const_in(m, n, 0);

@@ -107,8 +107,8 @@ typedef struct kiln__onnx_vinfo {
 /* Every value name of the graph after validation: where it comes from, its inferred type and shape. */
 typedef struct kiln__onnx_value {
     kiln__onnx_vinfo info;
-    int32_t producer;                 /* node index, or -1 for a graph input or an initializer */
-    const kiln__onnx_tensor *init;    /* the initializer, or a Constant node's value tensor */
+    int32_t producer;              /* node index, or -1 for a graph input or an initializer */
+    const kiln__onnx_tensor *init; /* the initializer, or a Constant node's value tensor */
 } kiln__onnx_value;
 
 typedef struct kiln__onnx_map {
@@ -122,8 +122,8 @@ struct kiln_onnx {
     size_t size;
     void *map; /* the model file's mapping, NULL for a borrowed buffer */
     size_t map_size;
-    const char *dir;           /* folder for external data, NULL when none may be read */
-    kiln__onnx_map *ext_maps;  /* mappings of external data files */
+    const char *dir;          /* folder for external data, NULL when none may be read */
+    kiln__onnx_map *ext_maps; /* mappings of external data files */
     kiln__gguf_arena arena;
 
     int64_t ir_version;
@@ -169,14 +169,14 @@ void kiln__onnx_external_free(kiln_onnx *m);
 
 typedef struct kiln__onnx_attr_spec {
     const char *name;
-    int32_t type;   /* AttributeProto.AttributeType */
-    int16_t since;  /* the first opset that has it (0: all) */
-    int16_t until;  /* the last opset that has it (0: still there) */
+    int32_t type;  /* AttributeProto.AttributeType */
+    int16_t since; /* the first opset that has it (0: all) */
+    int16_t until; /* the last opset that has it (0: still there) */
 } kiln__onnx_attr_spec;
 
 enum kiln__onnx_shape_rule {
-    KILN__SHAPE_SAME,       /* output 0 as input 0 */
-    KILN__SHAPE_BROADCAST,  /* numpy broadcasting of every input */
+    KILN__SHAPE_SAME,      /* output 0 as input 0 */
+    KILN__SHAPE_BROADCAST, /* numpy broadcasting of every input */
     KILN__SHAPE_MATMUL,
     KILN__SHAPE_GEMM,
     KILN__SHAPE_REDUCE,
@@ -211,8 +211,8 @@ typedef struct kiln__onnx_op {
     const char *name;
     int16_t since; /* the first ai.onnx opset with this operator's current form */
     int8_t min_in, max_in, min_out, max_out;
-    uint32_t types;    /* what input 0 (the T of the spec) may be */
-    int8_t type_from;  /* the input whose type the outputs take; -1: fixed_type or the rule's own */
+    uint32_t types;   /* what input 0 (the T of the spec) may be */
+    int8_t type_from; /* the input whose type the outputs take; -1: fixed_type or the rule's own */
     int32_t fixed_type;
     enum kiln__onnx_shape_rule shape;
     const kiln__onnx_attr_spec *attrs;
@@ -235,7 +235,8 @@ const kiln__onnx_attr *kiln__onnx_find_attr(const kiln__onnx_node *n, const char
 kiln__onnx_value *kiln__onnx_value_find(const kiln_onnx *m, const char *name);
 /* Infer node n's output types and shapes from its inputs' (every input already has a value entry). */
 kiln_status kiln__onnx_infer(kiln_onnx *m, const kiln__onnx_node *n);
-/* After inference: make node n's output a constant when its inputs are and it computes shapes (onnx_fold.c). */
+/* After inference: make node n's output a constant when its inputs are and it computes shapes (onnx_fold.c).
+ */
 kiln_status kiln__onnx_fold(kiln_onnx *m, const kiln__onnx_node *n);
 
 #endif /* KILN_ONNX_INTERNAL_H */

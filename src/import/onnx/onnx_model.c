@@ -37,7 +37,8 @@ kiln_status kiln_onnx_load_memory(const void *data, size_t size, const char *dir
     kiln_onnx *m;
     if (!out) return kiln__error(KILN_E_INVALID_ARG, "kiln_onnx_load_memory: out is NULL");
     *out = NULL;
-    if (!data && size) return kiln__error(KILN_E_INVALID_ARG, "kiln_onnx_load_memory: NULL buffer of %zu bytes", size);
+    if (!data && size)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_onnx_load_memory: NULL buffer of %zu bytes", size);
     m = create();
     if (!m) return kiln__nomem("an ONNX model");
     if (data) m->base = data;
@@ -83,8 +84,8 @@ kiln_status kiln_onnx_load(const char *path, kiln_onnx **out) {
     m = create();
     if (!m) return kiln__nomem("an ONNX model");
     slash = strrchr(path, '/');
-    s = slash ? kiln__onnx_strdup(m, (const uint8_t *)path, (size_t)(slash - path) + (slash == path), "the model's folder",
-                                  &m->dir)
+    s = slash ? kiln__onnx_strdup(m, (const uint8_t *)path, (size_t)(slash - path) + (slash == path),
+                                  "the model's folder", &m->dir)
               : kiln__onnx_strdup(m, (const uint8_t *)".", 1, "the model's folder", &m->dir);
     if (!s) s = map_file(m, path);
     if (s) {
@@ -170,13 +171,14 @@ kiln_status kiln_onnx_node(const kiln_onnx *m, int32_t i, kiln_onnx_node_info *o
     const kiln__onnx_node *n;
     if (s) return s;
     n = &m->nodes[i];
-    *out = (kiln_onnx_node_info){n->name, n->op_type, n->n_inputs, n->n_outputs, n->n_attrs, n->inputs, n->outputs};
+    *out = (kiln_onnx_node_info){n->name,    n->op_type, n->n_inputs, n->n_outputs,
+                                 n->n_attrs, n->inputs,  n->outputs};
     return KILN_OK;
 }
 
 static void fill_tensor(const kiln__onnx_tensor *t, kiln_onnx_tensor_info *out) {
-    *out = (kiln_onnx_tensor_info){t->name, (kiln_onnx_type)t->type, t->rank, t->dims, t->n_elements, t->data,
-                                   t->size, t->external};
+    *out = (kiln_onnx_tensor_info){
+        t->name, (kiln_onnx_type)t->type, t->rank, t->dims, t->n_elements, t->data, t->size, t->external};
 }
 
 kiln_status kiln_onnx_node_attr(const kiln_onnx *m, int32_t node, int32_t j, kiln_onnx_attr_info *out) {

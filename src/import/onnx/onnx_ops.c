@@ -17,28 +17,30 @@
 #define A_FS KILN_ONNX_ATTR_FLOATS
 #define A_IS KILN_ONNX_ATTR_INTS
 #define A_SS KILN_ONNX_ATTR_STRINGS
-#define END {NULL, 0, 0, 0}
+#define END                                                                                                  \
+    { NULL, 0, 0, 0 }
 
 static const kiln__onnx_attr_spec no_attrs[] = {END};
-static const kiln__onnx_attr_spec gemm[] = {{"alpha", A_F, 0, 0}, {"beta", A_F, 0, 0}, {"transA", A_I, 0, 0},
-                                            {"transB", A_I, 0, 0}, END};
+static const kiln__onnx_attr_spec gemm[] = {
+    {"alpha", A_F, 0, 0}, {"beta", A_F, 0, 0}, {"transA", A_I, 0, 0}, {"transB", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec gelu[] = {{"approximate", A_S, 0, 0}, END};
 static const kiln__onnx_attr_spec axis[] = {{"axis", A_I, 0, 0}, END};
-static const kiln__onnx_attr_spec layer_norm[] = {{"axis", A_I, 0, 0}, {"epsilon", A_F, 0, 0},
-                                                  {"stash_type", A_I, 0, 0}, END};
+static const kiln__onnx_attr_spec layer_norm[] = {
+    {"axis", A_I, 0, 0}, {"epsilon", A_F, 0, 0}, {"stash_type", A_I, 0, 0}, END};
 /* ReduceMean and ReduceMax took axes as an attribute until opset 17, an input from 18 (ReduceSum from 13). */
-static const kiln__onnx_attr_spec reduce_attr_axes[] = {{"axes", A_IS, 0, 17}, {"keepdims", A_I, 0, 0},
-                                                        {"noop_with_empty_axes", A_I, 18, 0}, END};
-static const kiln__onnx_attr_spec reduce_sum[] = {{"keepdims", A_I, 0, 0}, {"noop_with_empty_axes", A_I, 0, 0}, END};
+static const kiln__onnx_attr_spec reduce_attr_axes[] = {
+    {"axes", A_IS, 0, 17}, {"keepdims", A_I, 0, 0}, {"noop_with_empty_axes", A_I, 18, 0}, END};
+static const kiln__onnx_attr_spec reduce_sum[] = {
+    {"keepdims", A_I, 0, 0}, {"noop_with_empty_axes", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec transpose[] = {{"perm", A_IS, 0, 0}, END};
 static const kiln__onnx_attr_spec reshape[] = {{"allowzero", A_I, 14, 0}, END};
 static const kiln__onnx_attr_spec split[] = {{"axis", A_I, 0, 0}, {"num_outputs", A_I, 18, 0}, END};
 static const kiln__onnx_attr_spec cast[] = {{"to", A_I, 0, 0}, {"saturate", A_I, 19, 0}, END};
 static const kiln__onnx_attr_spec shape[] = {{"start", A_I, 15, 0}, {"end", A_I, 15, 0}, END};
 static const kiln__onnx_attr_spec constant_of_shape[] = {{"value", A_T, 0, 0}, END};
-static const kiln__onnx_attr_spec constant[] = {{"value", A_T, 0, 0},        {"value_float", A_F, 0, 0},
-                                                {"value_floats", A_FS, 0, 0}, {"value_int", A_I, 0, 0},
-                                                {"value_ints", A_IS, 0, 0},   {"value_string", A_S, 0, 0},
+static const kiln__onnx_attr_spec constant[] = {{"value", A_T, 0, 0},          {"value_float", A_F, 0, 0},
+                                                {"value_floats", A_FS, 0, 0},  {"value_int", A_I, 0, 0},
+                                                {"value_ints", A_IS, 0, 0},    {"value_string", A_S, 0, 0},
                                                 {"value_strings", A_SS, 0, 0}, END};
 static const kiln__onnx_attr_spec trilu[] = {{"upper", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec mod[] = {{"fmod", A_I, 0, 0}, END};
@@ -49,7 +51,8 @@ static const kiln__onnx_attr_spec mod[] = {{"fmod", A_I, 0, 0}, END};
 #define ANY KILN__T_ANY
 #define I KILN__T_INT
 
-/* name, since (the first opset that has the operator; 0: before 13), inputs min..max, outputs min..max, T, output type from input (-1: fixed), fixed type, shape, attrs */
+/* name, since (the first opset that has the operator; 0: before 13), inputs min..max, outputs min..max, T,
+ * output type from input (-1: fixed), fixed type, shape, attrs */
 static const kiln__onnx_op ops[] = {
     {"MatMul", 0, 2, 2, 1, 1, N, 0, 0, KILN__SHAPE_MATMUL, no_attrs},
     {"Gemm", 0, 2, 3, 1, 1, N, 0, 0, KILN__SHAPE_GEMM, gemm},
@@ -114,10 +117,11 @@ const kiln__onnx_op *kiln__onnx_ops(int32_t *count) {
 }
 
 static const char *const type_names[] = {
-    "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool",
-    "float16", "double", "uint32", "uint64", "complex64", "complex128", "bfloat16", "float8e4m3fn",
-    "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0",
-    "uint2", "int2", "float6e2m3", "float6e3m2"};
+    "undefined",      "float",      "uint8",          "int8",       "uint16",    "int16",
+    "int32",          "int64",      "string",         "bool",       "float16",   "double",
+    "uint32",         "uint64",     "complex64",      "complex128", "bfloat16",  "float8e4m3fn",
+    "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4",      "int4",      "float4e2m1",
+    "float8e8m0",     "uint2",      "int2",           "float6e2m3", "float6e3m2"};
 
 const char *kiln__onnx_type_name(int32_t type) {
     if (type < 0 || type >= (int32_t)(sizeof type_names / sizeof type_names[0])) return "undefined";
@@ -125,9 +129,10 @@ const char *kiln__onnx_type_name(int32_t type) {
 }
 
 const char *kiln__onnx_attr_type_name(int32_t type) {
-    static const char *const names[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH", "FLOATS", "INTS",
-                                        "STRINGS", "TENSORS", "GRAPHS", "SPARSE_TENSOR", "SPARSE_TENSORS",
-                                        "TYPE_PROTO", "TYPE_PROTOS"};
+    static const char *const names[] = {"UNDEFINED",      "FLOAT",      "INT",        "STRING",
+                                        "TENSOR",         "GRAPH",      "FLOATS",     "INTS",
+                                        "STRINGS",        "TENSORS",    "GRAPHS",     "SPARSE_TENSOR",
+                                        "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
     if (type < 0 || type >= (int32_t)(sizeof names / sizeof names[0])) return "UNDEFINED";
     return names[type];
 }

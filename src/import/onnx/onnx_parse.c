@@ -32,11 +32,12 @@ void *kiln__onnx_alloc(kiln_onnx *m, size_t n, size_t size, const char *what) {
     return p;
 }
 
-kiln_status kiln__onnx_strdup(kiln_onnx *m, const uint8_t *s, size_t len, const char *what, const char **out) {
+kiln_status kiln__onnx_strdup(kiln_onnx *m, const uint8_t *s, size_t len, const char *what,
+                              const char **out) {
     char *p;
     if (len > KILN_MAX_NAME_BYTES)
-        return kiln__error(KILN_E_FORMAT, "%s: %zu bytes exceeds the limit of %u bytes (KILN_MAX_NAME_BYTES)", what,
-                           len, KILN_MAX_NAME_BYTES);
+        return kiln__error(KILN_E_FORMAT, "%s: %zu bytes exceeds the limit of %u bytes (KILN_MAX_NAME_BYTES)",
+                           what, len, KILN_MAX_NAME_BYTES);
     if (len && memchr(s, 0, len)) return kiln__error(KILN_E_FORMAT, "%s contains a NUL byte", what);
     p = kiln__gguf_arena_strndup(&m->arena, (const char *)s, len);
     if (!p) return kiln__nomem(what);
@@ -55,13 +56,13 @@ static kiln_status str_field(kiln_onnx *m, const kiln__pb_field *f, const char *
 }
 
 /* Count field `number` of message c and check it against limit. */
-static kiln_status count_limited(kiln__pb c, const char *what, uint32_t number, const char *field, uint32_t limit,
-                                 const char *limit_name, int64_t *n) {
+static kiln_status count_limited(kiln__pb c, const char *what, uint32_t number, const char *field,
+                                 uint32_t limit, const char *limit_name, int64_t *n) {
     kiln_status s = kiln__pb_count(c, what, number, n);
     if (s) return s;
     if (*n > (int64_t)limit)
-        return kiln__error(KILN_E_FORMAT, "%s: %lld %s exceed the limit of %u (%s)", what, (long long)*n, field, limit,
-                           limit_name);
+        return kiln__error(KILN_E_FORMAT, "%s: %lld %s exceed the limit of %u (%s)", what, (long long)*n,
+                           field, limit, limit_name);
     return KILN_OK;
 }
 
@@ -194,7 +195,8 @@ static kiln_status read_list(kiln_onnx *m, kiln__pb c, const char *what, uint32_
     a->n = n;
     if (wire == KILN__PB_VARINT) {
         a->ints = (int64_t *)tmp; /* same size and alignment: reinterpret in place */
-        for (int64_t j = 0; j < n; j++) a->ints[j] = (int64_t)tmp[j];
+        for (int64_t j = 0; j < n; j++)
+            a->ints[j] = (int64_t)tmp[j];
     } else {
         a->floats = kiln__onnx_alloc(m, (size_t)n, sizeof *a->floats, "an attribute list");
         if (!a->floats) return KILN_E_NOMEM;
@@ -251,14 +253,14 @@ static kiln_status attr_scalar(kiln_onnx *m, const kiln__pb_field *f, const char
         a->s.len = f->len;
         return KILN_OK;
     case 21:
-        return kiln__error(KILN_E_UNSUPPORTED, "%s: ref_attr_name (attributes of a function body) is not supported",
-                           what);
-    default:
-        return KILN_OK;
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "%s: ref_attr_name (attributes of a function body) is not supported", what);
+    default: return KILN_OK;
     }
 }
 
-static kiln_status parse_attr(kiln_onnx *m, kiln__pb c, const char *node_what, int32_t j, kiln__onnx_attr *a) {
+static kiln_status parse_attr(kiln_onnx *m, kiln__pb c, const char *node_what, int32_t j,
+                              kiln__onnx_attr *a) {
     char what[256];
     kiln__pb_field f;
     bool done;
@@ -292,8 +294,8 @@ static kiln_status parse_attr(kiln_onnx *m, kiln__pb c, const char *node_what, i
 
 /* ---- NodeProto. ---- */
 
-static kiln_status node_strings(kiln_onnx *m, kiln__pb c, const char *what, uint32_t number, const char *field,
-                                const char ***out, int32_t *count) {
+static kiln_status node_strings(kiln_onnx *m, kiln__pb c, const char *what, uint32_t number,
+                                const char *field, const char ***out, int32_t *count) {
     kiln__pb_field f;
     bool done;
     int64_t n;
@@ -357,12 +359,15 @@ typedef struct graph_counts {
 static kiln_status count_graph(kiln__pb c, graph_counts *n) {
     kiln_status s;
     const char *what = "graph";
-    if ((s = count_limited(c, what, 1, "nodes", KILN_MAX_ONNX_NODES, "KILN_MAX_ONNX_NODES", &n->nodes))) return s;
-    if ((s = count_limited(c, what, 5, "initializers", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES", &n->inits)))
+    if ((s = count_limited(c, what, 1, "nodes", KILN_MAX_ONNX_NODES, "KILN_MAX_ONNX_NODES", &n->nodes)))
+        return s;
+    if ((s = count_limited(c, what, 5, "initializers", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES",
+                           &n->inits)))
         return s;
     if ((s = count_limited(c, what, 11, "inputs", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES", &n->inputs)))
         return s;
-    if ((s = count_limited(c, what, 12, "outputs", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES", &n->outputs)))
+    if ((s = count_limited(c, what, 12, "outputs", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES",
+                           &n->outputs)))
         return s;
     return count_limited(c, what, 13, "value_info entries", KILN_MAX_ONNX_VALUES, "KILN_MAX_ONNX_VALUES",
                          &n->vinfos);
@@ -373,8 +378,8 @@ static kiln_status graph_field(kiln_onnx *m, const kiln__pb_field *f) {
     kiln_status s = KILN_OK;
     if (f->number == 2) return str_field(m, f, "graph", "name", &m->graph_name);
     if (f->number == 15)
-        return kiln__error(KILN_E_UNSUPPORTED, "graph: sparse_initializer at byte offset %zu is not supported",
-                           f->at);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "graph: sparse_initializer at byte offset %zu is not supported", f->at);
     if (f->number != 1 && f->number != 5 && (f->number < 11 || f->number > 13)) return KILN_OK;
     if ((s = kiln__pb_expect(f, KILN__PB_LEN, "graph", "node/initializer/input/output/value_info"))) return s;
     switch (f->number) {
@@ -385,9 +390,15 @@ static kiln_status graph_field(kiln_onnx *m, const kiln__pb_field *f) {
     case 5:
         snprintf(what, sizeof what, "initializer %d", m->n_inits);
         return kiln__onnx_parse_tensor(m, kiln__pb_sub(f), &m->inits[m->n_inits++], what);
-    case 11: m->n_inputs++; return parse_vinfo(m, kiln__pb_sub(f), "input", m->n_inputs - 1, &m->inputs[m->n_inputs - 1]);
-    case 12: m->n_outputs++; return parse_vinfo(m, kiln__pb_sub(f), "output", m->n_outputs - 1, &m->outputs[m->n_outputs - 1]);
-    default: m->n_vinfos++; return parse_vinfo(m, kiln__pb_sub(f), "value_info", m->n_vinfos - 1, &m->vinfos[m->n_vinfos - 1]);
+    case 11:
+        m->n_inputs++;
+        return parse_vinfo(m, kiln__pb_sub(f), "input", m->n_inputs - 1, &m->inputs[m->n_inputs - 1]);
+    case 12:
+        m->n_outputs++;
+        return parse_vinfo(m, kiln__pb_sub(f), "output", m->n_outputs - 1, &m->outputs[m->n_outputs - 1]);
+    default:
+        m->n_vinfos++;
+        return parse_vinfo(m, kiln__pb_sub(f), "value_info", m->n_vinfos - 1, &m->vinfos[m->n_vinfos - 1]);
     }
 }
 
@@ -433,8 +444,9 @@ static kiln_status parse_opset(kiln_onnx *m, kiln__pb c, int32_t i) {
     if (m->opset >= 0)
         return kiln__error(KILN_E_FORMAT, "%s: a second opset_import for the ai.onnx domain", what);
     if (version < 13 || version > 21)
-        return kiln__error(KILN_E_UNSUPPORTED, "%s: ai.onnx opset %lld is not supported (Kiln reads opsets 13 to 21)",
-                           what, (long long)version);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "%s: ai.onnx opset %lld is not supported (Kiln reads opsets 13 to 21)", what,
+                           (long long)version);
     m->opset = version;
     return KILN_OK;
 }
@@ -456,7 +468,8 @@ static kiln_status model_field(kiln_onnx *m, const kiln__pb_field *f, int32_t *n
     case 8:
         if ((s = kiln__pb_expect(f, KILN__PB_LEN, "model", "opset_import"))) return s;
         if (++*n_opsets > (int32_t)KILN_MAX_ONNX_OPSETS)
-            return kiln__error(KILN_E_FORMAT, "model: more than %u opset_import entries (KILN_MAX_ONNX_OPSETS)",
+            return kiln__error(KILN_E_FORMAT,
+                               "model: more than %u opset_import entries (KILN_MAX_ONNX_OPSETS)",
                                KILN_MAX_ONNX_OPSETS);
         return parse_opset(m, kiln__pb_sub(f), *n_opsets - 1);
     default: return KILN_OK;
@@ -478,7 +491,8 @@ kiln_status kiln__onnx_parse(kiln_onnx *m) {
         if (f.number == 8 && (s = model_field(m, &f, &n_opsets, &have_graph))) return s;
     }
     if (m->opset < 0)
-        return kiln__error(KILN_E_FORMAT, "model: no opset_import for the ai.onnx domain (not an ONNX model?)");
+        return kiln__error(KILN_E_FORMAT,
+                           "model: no opset_import for the ai.onnx domain (not an ONNX model?)");
     for (;;) {
         if ((s = kiln__pb_next(&c, "model", &f, &done))) return s;
         if (done) break;

@@ -33,25 +33,30 @@ static const kiln__onnx_value *input(const kiln_onnx *m, const kiln__onnx_node *
 static shp shape_of(const kiln__onnx_value *v) {
     shp s;
     s.rank = v ? v->info.rank : -1;
-    for (int32_t d = 0; d < s.rank; d++) s.d[d] = v->info.dims[d];
+    for (int32_t d = 0; d < s.rank; d++)
+        s.d[d] = v->info.dims[d];
     return s;
 }
 
 static shp known(int32_t rank) {
     shp s;
     s.rank = rank;
-    for (int32_t d = 0; d < rank; d++) s.d[d] = unknown_dim;
+    for (int32_t d = 0; d < rank; d++)
+        s.d[d] = unknown_dim;
     return s;
 }
 
-/* Elements of a constant int64 (or int32) input, at most cap; false when the input is not a known constant. */
+/* Elements of a constant int64 (or int32) input, at most cap; false when the input is not a known constant.
+ */
 static bool const_ints(const kiln_onnx *m, const kiln__onnx_node *n, int32_t k, int64_t *out, int64_t cap,
                        int64_t *count) {
     const kiln__onnx_value *v = input(m, n, k);
     const kiln__onnx_tensor *t = v ? v->init : NULL;
-    if (!t || (t->type != KILN_ONNX_INT64 && t->type != KILN_ONNX_INT32) || t->n_elements > (uint64_t)cap) return false;
+    if (!t || (t->type != KILN_ONNX_INT64 && t->type != KILN_ONNX_INT32) || t->n_elements > (uint64_t)cap)
+        return false;
     for (uint64_t i = 0; i < t->n_elements; i++) {
-        if (t->type == KILN_ONNX_INT64) memcpy(&out[i], (const uint8_t *)t->data + 8 * i, 8);
+        if (t->type == KILN_ONNX_INT64)
+            memcpy(&out[i], (const uint8_t *)t->data + 8 * i, 8);
         else {
             int32_t x;
             memcpy(&x, (const uint8_t *)t->data + 4 * i, 4);
@@ -118,24 +123,31 @@ static int64_t attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt
 /* ---- Broadcasting. ---- */
 
 static kiln_status bcast_dim(kiln_onnx_dim a, kiln_onnx_dim b, kiln_onnx_dim *out) {
-    if (a.value == 1) *out = b;
-    else if (b.value == 1) *out = a;
+    if (a.value == 1)
+        *out = b;
+    else if (b.value == 1)
+        *out = a;
     else if (a.value >= 0 && b.value >= 0) {
         if (a.value != b.value)
             return kiln__error(KILN_E_FORMAT, "dimensions %lld and %lld cannot broadcast", (long long)a.value,
                                (long long)b.value);
         *out = a;
-    } else if (a.value >= 0) *out = a;
-    else if (b.value >= 0) *out = b;
-    else if (a.param && b.param && !strcmp(a.param, b.param)) *out = a;
-    else *out = unknown_dim;
+    } else if (a.value >= 0)
+        *out = a;
+    else if (b.value >= 0)
+        *out = b;
+    else if (a.param && b.param && !strcmp(a.param, b.param))
+        *out = a;
+    else
+        *out = unknown_dim;
     return KILN_OK;
 }
 
 /* Two dims that must be equal (Concat's other axes, Expand's target...): the more known of the two. */
 static kiln_status merge_dim(kiln_onnx_dim a, kiln_onnx_dim b, kiln_onnx_dim *out) {
     if (a.value >= 0 && b.value >= 0 && a.value != b.value)
-        return kiln__error(KILN_E_FORMAT, "dimensions %lld and %lld differ", (long long)a.value, (long long)b.value);
+        return kiln__error(KILN_E_FORMAT, "dimensions %lld and %lld differ", (long long)a.value,
+                           (long long)b.value);
     *out = a.value >= 0 || a.param ? a : b;
     return KILN_OK;
 }
@@ -222,7 +234,8 @@ static kiln_status infer_reduce(const kiln_onnx *m, const kiln__onnx_node *n, sh
     const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "axes");
     if (x.rank < 0) return (out->rank = -1, KILN_OK);
     if (a) {
-        if (a->n > KILN_MAX_ONNX_RANK) return kiln__error(KILN_E_FORMAT, "%lld axes for rank %d", (long long)a->n, x.rank);
+        if (a->n > KILN_MAX_ONNX_RANK)
+            return kiln__error(KILN_E_FORMAT, "%lld axes for rank %d", (long long)a->n, x.rank);
         memcpy(axes, a->ints, (size_t)a->n * sizeof *axes);
         n_axes = a->n;
     } else if (input(m, n, 1) && !const_ints(m, n, 1, axes, KILN_MAX_ONNX_RANK, &n_axes)) {
@@ -230,7 +243,8 @@ static kiln_status infer_reduce(const kiln_onnx *m, const kiln__onnx_node *n, sh
         return KILN_OK;
     }
     if (n_axes == 0 && attr_int(n, "noop_with_empty_axes", 0)) return (*out = x, KILN_OK);
-    for (int32_t d = 0; d < x.rank; d++) reduce[d] = n_axes == 0;
+    for (int32_t d = 0; d < x.rank; d++)
+        reduce[d] = n_axes == 0;
     for (int64_t i = 0; i < n_axes; i++) {
         int32_t ax;
         kiln_status s = norm_axis(axes[i], x.rank, false, "reduction axis", &ax);
@@ -239,8 +253,10 @@ static kiln_status infer_reduce(const kiln_onnx *m, const kiln__onnx_node *n, sh
     }
     out->rank = 0;
     for (int32_t d = 0; d < x.rank; d++)
-        if (!reduce[d]) out->d[out->rank++] = x.d[d];
-        else if (keep) out->d[out->rank++] = (kiln_onnx_dim){1, NULL};
+        if (!reduce[d])
+            out->d[out->rank++] = x.d[d];
+        else if (keep)
+            out->d[out->rank++] = (kiln_onnx_dim){1, NULL};
     return KILN_OK;
 }
 
@@ -249,7 +265,8 @@ static kiln_status infer_transpose(const kiln_onnx *m, const kiln__onnx_node *n,
     const kiln__onnx_attr *p = kiln__onnx_find_attr(n, "perm");
     bool seen[KILN_MAX_ONNX_RANK] = {false};
     if (x.rank < 0) return (out->rank = -1, KILN_OK);
-    if (p && p->n != x.rank) return kiln__error(KILN_E_FORMAT, "perm has %lld entries for rank %d", (long long)p->n, x.rank);
+    if (p && p->n != x.rank)
+        return kiln__error(KILN_E_FORMAT, "perm has %lld entries for rank %d", (long long)p->n, x.rank);
     out->rank = x.rank;
     for (int32_t d = 0; d < x.rank; d++) {
         int64_t src = p ? p->ints[d] : x.rank - 1 - d;
@@ -283,7 +300,9 @@ static kiln_status infer_reshape(const kiln_onnx *m, const kiln__onnx_node *n, s
     int64_t t[KILN_MAX_ONNX_RANK], cnt, infer_at = -1;
     bool allowzero = attr_int(n, "allowzero", 0) != 0;
     if (!const_ints(m, n, 1, t, KILN_MAX_ONNX_RANK, &cnt)) {
-        out->rank = sh.rank == 1 && sh.d[0].value >= 0 && sh.d[0].value <= KILN_MAX_ONNX_RANK ? (int32_t)sh.d[0].value : -1;
+        out->rank = sh.rank == 1 && sh.d[0].value >= 0 && sh.d[0].value <= KILN_MAX_ONNX_RANK
+                        ? (int32_t)sh.d[0].value
+                        : -1;
         if (out->rank >= 0) *out = known(out->rank);
         return KILN_OK;
     }
@@ -294,7 +313,8 @@ static kiln_status infer_reshape(const kiln_onnx *m, const kiln__onnx_node *n, s
             infer_at = d;
         } else if (t[d] == 0 && !allowzero) {
             if (x.rank >= 0 && d >= x.rank)
-                return kiln__error(KILN_E_FORMAT, "target dimension %d is 0 (copy) but the input has rank %d", d, x.rank);
+                return kiln__error(KILN_E_FORMAT, "target dimension %d is 0 (copy) but the input has rank %d",
+                                   d, x.rank);
             if (x.rank >= 0) out->d[d] = x.d[d];
         } else if (t[d] < 0) {
             return kiln__error(KILN_E_FORMAT, "target dimension %d is %lld", d, (long long)t[d]);
@@ -310,7 +330,8 @@ static kiln_status infer_reshape(const kiln_onnx *m, const kiln__onnx_node *n, s
         if (total.value >= 0 && rest.value >= 0 && after.value >= 0) {
             int64_t r = rest.value * after.value;
             if (r == 0 || total.value % r)
-                return kiln__error(KILN_E_FORMAT, "cannot reshape %lld elements with a -1 dimension", (long long)total.value);
+                return kiln__error(KILN_E_FORMAT, "cannot reshape %lld elements with a -1 dimension",
+                                   (long long)total.value);
             out->d[infer_at].value = total.value / r;
         }
     }
@@ -345,7 +366,8 @@ static kiln_status infer_squeeze(const kiln_onnx *m, const kiln__onnx_node *n, s
     if (input(m, n, 1) && !const_ints(m, n, 1, axes, KILN_MAX_ONNX_RANK, &cnt)) return KILN_OK;
     if (x.rank < 0) return KILN_OK;
     r = unsqueeze ? x.rank + (int32_t)cnt : x.rank;
-    if (r > KILN_MAX_ONNX_RANK) return kiln__error(KILN_E_FORMAT, "the result has rank %d, over KILN_MAX_ONNX_RANK", r);
+    if (r > KILN_MAX_ONNX_RANK)
+        return kiln__error(KILN_E_FORMAT, "the result has rank %d, over KILN_MAX_ONNX_RANK", r);
     for (int64_t i = 0; i < cnt; i++) {
         int32_t ax;
         if ((s = norm_axis(axes[i], r, false, "axis", &ax))) return s;
@@ -354,14 +376,16 @@ static kiln_status infer_squeeze(const kiln_onnx *m, const kiln__onnx_node *n, s
     }
     out->rank = 0;
     if (unsqueeze) {
-        for (int32_t d = 0, j = 0; d < r; d++) out->d[out->rank++] = mark[d] ? (kiln_onnx_dim){1, NULL} : x.d[j++];
+        for (int32_t d = 0, j = 0; d < r; d++)
+            out->d[out->rank++] = mark[d] ? (kiln_onnx_dim){1, NULL} : x.d[j++];
         return KILN_OK;
     }
     for (int32_t d = 0; d < x.rank; d++) {
         if (cnt == 0 && x.d[d].value < 0) return (out->rank = -1, KILN_OK); /* which dims are 1 is unknown */
         bool drop = cnt ? mark[d] : x.d[d].value == 1;
         if (drop && x.d[d].value >= 0 && x.d[d].value != 1)
-            return kiln__error(KILN_E_FORMAT, "cannot squeeze dimension %d of size %lld", d, (long long)x.d[d].value);
+            return kiln__error(KILN_E_FORMAT, "cannot squeeze dimension %d of size %lld", d,
+                               (long long)x.d[d].value);
         if (!drop) out->d[out->rank++] = x.d[d];
     }
     return KILN_OK;
@@ -378,11 +402,14 @@ static kiln_status infer_concat(const kiln_onnx *m, const kiln__onnx_node *n, sh
             if ((s = norm_axis(attr_int(n, "axis", 0), x.rank, false, "axis", &ax))) return s;
             continue;
         }
-        if (x.rank != out->rank) return kiln__error(KILN_E_FORMAT, "input %d has rank %d, input 0 %d", k, x.rank, out->rank);
+        if (x.rank != out->rank)
+            return kiln__error(KILN_E_FORMAT, "input %d has rank %d, input 0 %d", k, x.rank, out->rank);
         for (int32_t d = 0; d < x.rank; d++) {
             if (d == ax) {
-                if (out->d[d].value >= 0 && x.d[d].value >= 0) out->d[d].value += x.d[d].value;
-                else out->d[d] = unknown_dim;
+                if (out->d[d].value >= 0 && x.d[d].value >= 0)
+                    out->d[d].value += x.d[d].value;
+                else
+                    out->d[d] = unknown_dim;
             } else if ((s = merge_dim(out->d[d], x.d[d], &out->d[d]))) {
                 return kiln__error_prefix(s, "input %d: ", k);
             }
@@ -396,7 +423,8 @@ static kiln_status infer_split(const kiln_onnx *m, const kiln__onnx_node *n, shp
     int64_t sizes[KILN_MAX_ONNX_RANK * 8], cnt = 0, total = 0;
     int32_t ax, k_out = n->n_outputs;
     kiln_status s;
-    for (int32_t k = 0; k < k_out; k++) outs[k].rank = -1;
+    for (int32_t k = 0; k < k_out; k++)
+        outs[k].rank = -1;
     if (x.rank < 0) return KILN_OK;
     if ((s = norm_axis(attr_int(n, "axis", 0), x.rank, false, "axis", &ax))) return s;
     for (int32_t k = 0; k < k_out; k++) {
@@ -405,24 +433,30 @@ static kiln_status infer_split(const kiln_onnx *m, const kiln__onnx_node *n, shp
     }
     if (input(m, n, 1)) {
         if (!const_ints(m, n, 1, sizes, (int64_t)(sizeof sizes / sizeof sizes[0]), &cnt)) return KILN_OK;
-        if (cnt != k_out) return kiln__error(KILN_E_FORMAT, "split has %lld sizes for %d outputs", (long long)cnt, k_out);
+        if (cnt != k_out)
+            return kiln__error(KILN_E_FORMAT, "split has %lld sizes for %d outputs", (long long)cnt, k_out);
         for (int32_t k = 0; k < k_out; k++) {
-            if (sizes[k] < 0 || kiln__add_overflow_u64((uint64_t)total, (uint64_t)sizes[k], (uint64_t *)&total))
+            if (sizes[k] < 0 ||
+                kiln__add_overflow_u64((uint64_t)total, (uint64_t)sizes[k], (uint64_t *)&total))
                 return kiln__error(KILN_E_FORMAT, "split size %lld is invalid", (long long)sizes[k]);
             outs[k].d[ax].value = sizes[k];
         }
         if (x.d[ax].value >= 0 && total != x.d[ax].value)
-            return kiln__error(KILN_E_FORMAT, "split sizes add up to %lld, the axis has %lld", (long long)total,
-                               (long long)x.d[ax].value);
+            return kiln__error(KILN_E_FORMAT, "split sizes add up to %lld, the axis has %lld",
+                               (long long)total, (long long)x.d[ax].value);
         return KILN_OK;
     }
     if (x.d[ax].value < 0) return KILN_OK;
     int64_t parts = attr_int(n, "num_outputs", k_out), dim = x.d[ax].value, chunk;
-    if (parts != k_out) return kiln__error(KILN_E_FORMAT, "num_outputs is %lld but the node has %d outputs", (long long)parts, k_out);
+    if (parts != k_out)
+        return kiln__error(KILN_E_FORMAT, "num_outputs is %lld but the node has %d outputs", (long long)parts,
+                           k_out);
     chunk = dim / parts + (dim % parts != 0);
     if (!kiln__onnx_find_attr(n, "num_outputs") && dim % parts)
-        return kiln__error(KILN_E_FORMAT, "dimension %lld does not split evenly into %d outputs", (long long)dim, k_out);
-    for (int32_t k = 0; k < k_out; k++) outs[k].d[ax].value = KILN__MAX(KILN__MIN(chunk, dim - chunk * k), 0);
+        return kiln__error(KILN_E_FORMAT, "dimension %lld does not split evenly into %d outputs",
+                           (long long)dim, k_out);
+    for (int32_t k = 0; k < k_out; k++)
+        outs[k].d[ax].value = KILN__MAX(KILN__MIN(chunk, dim - chunk * k), 0);
     return KILN_OK;
 }
 
@@ -437,7 +471,8 @@ static kiln_status infer_slice(const kiln_onnx *m, const kiln__onnx_node *n, shp
     bool seen[KILN_MAX_ONNX_RANK] = {false};
     *out = x;
     if (x.rank < 0) return KILN_OK;
-    bool have = const_ints(m, n, 1, st, KILN_MAX_ONNX_RANK, &ns) && const_ints(m, n, 2, en, KILN_MAX_ONNX_RANK, &ne);
+    bool have =
+        const_ints(m, n, 1, st, KILN_MAX_ONNX_RANK, &ns) && const_ints(m, n, 2, en, KILN_MAX_ONNX_RANK, &ne);
     bool have_axes = !input(m, n, 3) || const_ints(m, n, 3, ax, KILN_MAX_ONNX_RANK, &na);
     bool have_steps = !input(m, n, 4) || const_ints(m, n, 4, sp, KILN_MAX_ONNX_RANK, &nsp);
     if (!have || !have_axes || !have_steps) {
@@ -495,11 +530,15 @@ static kiln_status infer_gather(const kiln_onnx *m, const kiln__onnx_node *n, sh
         return (*out = idx, KILN_OK);
     }
     if (idx.rank < 0) return KILN_OK;
-    if (x.rank - 1 + idx.rank > KILN_MAX_ONNX_RANK) return kiln__error(KILN_E_FORMAT, "the result's rank is over KILN_MAX_ONNX_RANK");
+    if (x.rank - 1 + idx.rank > KILN_MAX_ONNX_RANK)
+        return kiln__error(KILN_E_FORMAT, "the result's rank is over KILN_MAX_ONNX_RANK");
     out->rank = 0;
-    for (int32_t d = 0; d < ax; d++) out->d[out->rank++] = x.d[d];
-    for (int32_t d = 0; d < idx.rank; d++) out->d[out->rank++] = idx.d[d];
-    for (int32_t d = ax + 1; d < x.rank; d++) out->d[out->rank++] = x.d[d];
+    for (int32_t d = 0; d < ax; d++)
+        out->d[out->rank++] = x.d[d];
+    for (int32_t d = 0; d < idx.rank; d++)
+        out->d[out->rank++] = idx.d[d];
+    for (int32_t d = ax + 1; d < x.rank; d++)
+        out->d[out->rank++] = x.d[d];
     return KILN_OK;
 }
 
@@ -511,12 +550,14 @@ static kiln_status shape_input(const kiln_onnx *m, const kiln__onnx_node *n, int
         bool r = sh.rank == 1 && sh.d[0].value >= 0 && sh.d[0].value <= KILN_MAX_ONNX_RANK;
         *out = r ? known((int32_t)sh.d[0].value) : (shp){.rank = -1};
         if (sh.rank == 1 && sh.d[0].value > KILN_MAX_ONNX_RANK)
-            return kiln__error(KILN_E_FORMAT, "the shape input has %lld entries, over KILN_MAX_ONNX_RANK", (long long)sh.d[0].value);
+            return kiln__error(KILN_E_FORMAT, "the shape input has %lld entries, over KILN_MAX_ONNX_RANK",
+                               (long long)sh.d[0].value);
         return KILN_OK;
     }
     *out = known((int32_t)cnt);
     for (int32_t d = 0; d < cnt; d++) {
-        if (t[d] < 0) return kiln__error(KILN_E_FORMAT, "shape entry %d is negative (%lld)", d, (long long)t[d]);
+        if (t[d] < 0)
+            return kiln__error(KILN_E_FORMAT, "shape entry %d is negative (%lld)", d, (long long)t[d]);
         out->d[d].value = t[d];
     }
     return KILN_OK;
@@ -539,11 +580,12 @@ static kiln_status infer_shape_op(kiln_onnx *m, const kiln__onnx_node *n, shp *o
     int64_t *vals = kiln__onnx_alloc(m, (size_t)out->d[0].value, sizeof *vals, "a folded shape");
     int64_t *dims = kiln__onnx_alloc(m, 1, sizeof *dims, "a folded shape");
     if (!t || !vals || !dims) return KILN_E_NOMEM;
-    for (int64_t d = start; d < end; d++) vals[d - start] = x.d[d].value;
+    for (int64_t d = start; d < end; d++)
+        vals[d - start] = x.d[d].value;
     dims[0] = out->d[0].value;
     if (!n->outputs[0][0]) return KILN_OK;
-    *t = (kiln__onnx_tensor){n->outputs[0], KILN_ONNX_INT64, 1, dims, (uint64_t)dims[0], vals,
-                             (uint64_t)dims[0] * 8, false};
+    *t = (kiln__onnx_tensor){n->outputs[0], KILN_ONNX_INT64,       1,    dims, (uint64_t)dims[0],
+                             vals,          (uint64_t)dims[0] * 8, false};
     kiln__onnx_value_find(m, n->outputs[0])->init = t;
     return KILN_OK;
 }
@@ -555,7 +597,8 @@ static kiln_status infer_range(const kiln_onnx *m, const kiln__onnx_node *n, shp
             return kiln__error(KILN_E_FORMAT, "input '%.128s' has rank %d; Range takes scalars", n->inputs[k],
                                input(m, n, k)->info.rank);
     *out = known(1);
-    if (!const_scalar(m, n, 0, &a) || !const_scalar(m, n, 1, &b) || !const_scalar(m, n, 2, &step)) return KILN_OK;
+    if (!const_scalar(m, n, 0, &a) || !const_scalar(m, n, 1, &b) || !const_scalar(m, n, 2, &step))
+        return KILN_OK;
     if (step == 0) return kiln__error(KILN_E_FORMAT, "delta is 0");
     double len = ceil((b - a) / step);
     if (!(len <= 4.0e18)) return kiln__error(KILN_E_FORMAT, "the range has too many elements");
@@ -576,14 +619,16 @@ static kiln_status infer_constant(kiln_onnx *m, const kiln__onnx_node *n, int32_
         int64_t *dims = kiln__onnx_alloc(m, 1, sizeof *dims, "a constant");
         if (!t || !dims) return KILN_E_NOMEM;
         dims[0] = list ? a->n : 1;
-        *t = (kiln__onnx_tensor){n->outputs[0], is_int ? KILN_ONNX_INT64 : KILN_ONNX_FLOAT, list ? 1 : 0, dims,
-                                 (uint64_t)dims[0], NULL, (uint64_t)dims[0] * (is_int ? 8 : 4), false};
+        *t = (kiln__onnx_tensor){
+            n->outputs[0], is_int ? KILN_ONNX_INT64 : KILN_ONNX_FLOAT, list ? 1 : 0, dims, (uint64_t)dims[0],
+            NULL,          (uint64_t)dims[0] * (is_int ? 8 : 4),       false};
         t->data = list ? (is_int ? (const void *)a->ints : (const void *)a->floats)
                        : (is_int ? (const void *)&a->i : (const void *)&a->f);
     }
     *type = t->type;
     *out = known(t->rank);
-    for (int32_t d = 0; d < t->rank; d++) out->d[d].value = t->dims[d];
+    for (int32_t d = 0; d < t->rank; d++)
+        out->d[d].value = t->dims[d];
     if (n->outputs[0][0]) kiln__onnx_value_find(m, n->outputs[0])->init = t;
     return KILN_OK;
 }
@@ -595,7 +640,8 @@ static kiln_status infer_layer_norm(kiln_onnx *m, const kiln__onnx_node *n) {
     kiln_status s;
     if (x.rank >= 0 && (s = norm_axis(attr_int(n, "axis", -1), x.rank, false, "axis", &ax))) return s;
     stat = x;
-    for (int32_t d = ax; d < x.rank; d++) stat.d[d] = (kiln_onnx_dim){1, NULL};
+    for (int32_t d = ax; d < x.rank; d++)
+        stat.d[d] = (kiln_onnx_dim){1, NULL};
     if ((s = set_out(m, n, 0, t, &x))) return s;
     if ((s = set_out(m, n, 1, KILN_ONNX_FLOAT, &stat))) return s;
     return set_out(m, n, 2, KILN_ONNX_FLOAT, &stat);
@@ -607,30 +653,35 @@ static const char *in_name(const kiln__onnx_node *n, int32_t k) {
     return n->inputs[k];
 }
 
-/* Check input types: T of input 0 (input 1 for Where) in the operator's set, and the inputs that share T equal. */
+/* Check input types: T of input 0 (input 1 for Where) in the operator's set, and the inputs that share T
+ * equal. */
 static kiln_status check_types(const kiln_onnx *m, const kiln__onnx_node *n) {
     const kiln__onnx_op *op = n->op;
     bool where = op->shape == KILN__SHAPE_BROADCAST && op->type_from == 1;
     /* Pow's exponent has a type of its own (T1); the other broadcasting operators share T. */
     bool shared = (op->shape == KILN__SHAPE_BROADCAST && strcmp(op->name, "Pow") != 0) ||
-                  op->shape == KILN__SHAPE_MATMUL || op->shape == KILN__SHAPE_GEMM || op->shape == KILN__SHAPE_CONCAT;
+                  op->shape == KILN__SHAPE_MATMUL || op->shape == KILN__SHAPE_GEMM ||
+                  op->shape == KILN__SHAPE_CONCAT;
     const kiln__onnx_value *v0 = input(m, n, 0);
     int32_t t0 = v0 ? v0->info.type : 0;
     if (t0 && (t0 >= 32 || !(op->types & KILN__TBIT(t0))))
-        return kiln__error(KILN_E_UNSUPPORTED, "input '%.128s' has type %s, which Kiln does not support for %s",
-                           in_name(n, 0), kiln__onnx_type_name(t0), op->name);
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "input '%.128s' has type %s, which Kiln does not support for %s", in_name(n, 0),
+                           kiln__onnx_type_name(t0), op->name);
     if (where) {
         const kiln__onnx_value *v1 = input(m, n, 1);
         t0 = v1 ? v1->info.type : 0;
         if (t0 && (t0 >= 32 || !(KILN__T_ANY & KILN__TBIT(t0))))
-            return kiln__error(KILN_E_UNSUPPORTED, "input '%.128s' has type %s, which Kiln does not support for %s",
+            return kiln__error(KILN_E_UNSUPPORTED,
+                               "input '%.128s' has type %s, which Kiln does not support for %s",
                                in_name(n, 1), kiln__onnx_type_name(t0), op->name);
     }
     if (!shared || !t0) return KILN_OK;
     for (int32_t k = where ? 2 : 1; k < n->n_inputs; k++) {
         const kiln__onnx_value *v = input(m, n, k);
         if (v && v->info.type && v->info.type != t0)
-            return kiln__error(KILN_E_FORMAT, "input '%.128s' has type %s, input '%.128s' %s; they must be equal",
+            return kiln__error(KILN_E_FORMAT,
+                               "input '%.128s' has type %s, input '%.128s' %s; they must be equal",
                                in_name(n, k), kiln__onnx_type_name(v->info.type), in_name(n, where ? 1 : 0),
                                kiln__onnx_type_name(t0));
     }
@@ -648,15 +699,18 @@ static kiln_status out_type(const kiln_onnx *m, const kiln__onnx_node *n, int32_
     if (!strcmp(op->name, "Cast")) {
         int64_t to = attr_int(n, "to", 0);
         if (to <= 0 || to >= 32 || !(KILN__T_ANY & KILN__TBIT(to)))
-            return kiln__error(KILN_E_UNSUPPORTED, "casting to %s is not supported", kiln__onnx_type_name((int32_t)to));
+            return kiln__error(KILN_E_UNSUPPORTED, "casting to %s is not supported",
+                               kiln__onnx_type_name((int32_t)to));
         *type = (int32_t)to;
     } else if (op->shape == KILN__SHAPE_CONSTANT_OF_SHAPE) {
         const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "value");
         if (a && a->t->n_elements != 1)
-            return kiln__error(KILN_E_FORMAT, "value has %llu elements, not 1", (unsigned long long)a->t->n_elements);
+            return kiln__error(KILN_E_FORMAT, "value has %llu elements, not 1",
+                               (unsigned long long)a->t->n_elements);
         *type = a ? a->t->type : KILN_ONNX_FLOAT;
         if (*type >= 32 || !(KILN__T_ANY & KILN__TBIT(*type)))
-            return kiln__error(KILN_E_UNSUPPORTED, "value of type %s is not supported", kiln__onnx_type_name(*type));
+            return kiln__error(KILN_E_UNSUPPORTED, "value of type %s is not supported",
+                               kiln__onnx_type_name(*type));
     }
     return KILN_OK;
 }
@@ -683,7 +737,8 @@ kiln_status kiln__onnx_infer(kiln_onnx *m, const kiln__onnx_node *n) {
     case KILN__SHAPE_GATHER_ELEMENTS: s = infer_gather(m, n, &out, true); break;
     case KILN__SHAPE_EXPAND: {
         shp x = shape_of(input(m, n, 0)), target;
-        if (!(s = shape_input(m, n, 1, &target))) s = target.rank < 0 ? (out = target, KILN_OK) : bcast(&x, &target, &out);
+        if (!(s = shape_input(m, n, 1, &target)))
+            s = target.rank < 0 ? (out = target, KILN_OK) : bcast(&x, &target, &out);
         break;
     }
     case KILN__SHAPE_SHAPE: s = infer_shape_op(m, n, &out); break;

@@ -18,13 +18,30 @@
 size_t kiln__onnx_type_size(int32_t type, bool *half) {
     *half = false;
     switch (type) {
-    case 1: case 6: case 12: return 4;                       /* float, int32, uint32 */
-    case 2: case 3: case 9: case 17: case 18: case 19: case 20: case 24: return 1;
-    case 4: case 5: case 10: case 16: return 2;
-    case 7: case 11: case 13: case 14: return 8;             /* int64, double, uint64, complex64 */
+    case 1:
+    case 6:
+    case 12: return 4; /* float, int32, uint32 */
+    case 2:
+    case 3:
+    case 9:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 24: return 1;
+    case 4:
+    case 5:
+    case 10:
+    case 16: return 2;
+    case 7:
+    case 11:
+    case 13:
+    case 14: return 8; /* int64, double, uint64, complex64 */
     case 15: return 16;
-    case 21: case 22: case 23: *half = true; return 1;       /* 4-bit types, two per byte */
-    default: return 0;                                       /* string, 2- and 6-bit types, unknown */
+    case 21:
+    case 22:
+    case 23: *half = true; return 1; /* 4-bit types, two per byte */
+    default: return 0;               /* string, 2- and 6-bit types, unknown */
     }
 }
 
@@ -32,7 +49,7 @@ typedef struct tensor_src {
     const uint8_t *raw;
     size_t raw_len;
     bool have_raw, external;
-    int64_t n_typed[16];   /* values in each typed field, by field number */
+    int64_t n_typed[16]; /* values in each typed field, by field number */
     const char *location;
     uint64_t offset, length;
 } tensor_src;
@@ -41,11 +58,25 @@ typedef struct tensor_src {
 static uint32_t typed_field(int32_t type, uint32_t *wire) {
     *wire = KILN__PB_VARINT;
     switch (type) {
-    case 1: case 14: *wire = KILN__PB_I32; return 4;
+    case 1:
+    case 14: *wire = KILN__PB_I32; return 4;
     case 7: return 7;
-    case 11: case 15: *wire = KILN__PB_I64; return 10;
-    case 12: case 13: return 11;
-    case 2: case 3: case 4: case 5: case 6: case 9: case 10: case 16: case 17: case 18: case 19: case 20: return 5;
+    case 11:
+    case 15: *wire = KILN__PB_I64; return 10;
+    case 12:
+    case 13: return 11;
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 9:
+    case 10:
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 20: return 5;
     default: return 0;
     }
 }
@@ -56,8 +87,9 @@ static kiln_status parse_decimal(const char *s, const char *what, const char *ke
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9' || kiln__mul_overflow_u64(v, 10, &v) ||
             kiln__add_overflow_u64(v, (uint64_t)(*p - '0'), &v))
-            return kiln__error(KILN_E_FORMAT, "%s: external data %s '%.32s' is not a decimal number below 2^64",
-                               what, key, s);
+            return kiln__error(KILN_E_FORMAT,
+                               "%s: external data %s '%.32s' is not a decimal number below 2^64", what, key,
+                               s);
     }
     *out = v;
     return KILN_OK;
@@ -72,13 +104,17 @@ static kiln_status parse_entry(kiln_onnx *m, kiln__pb c, const char *what, tenso
         if ((s = kiln__pb_next(&c, what, &f, &done))) return s;
         if (done) break;
         if (f.number != 1 && f.number != 2) continue;
-        if ((s = kiln__pb_expect(&f, KILN__PB_LEN, what, f.number == 1 ? "external_data key" : "external_data value")))
+        if ((s = kiln__pb_expect(&f, KILN__PB_LEN, what,
+                                 f.number == 1 ? "external_data key" : "external_data value")))
             return s;
         if ((s = kiln__onnx_strdup(m, f.data, f.len, what, f.number == 1 ? &key : &value))) return s;
     }
-    if (!strcmp(key, "location")) src->location = value;
-    else if (!strcmp(key, "offset")) return parse_decimal(value, what, key, &src->offset);
-    else if (!strcmp(key, "length")) return parse_decimal(value, what, key, &src->length);
+    if (!strcmp(key, "location"))
+        src->location = value;
+    else if (!strcmp(key, "offset"))
+        return parse_decimal(value, what, key, &src->offset);
+    else if (!strcmp(key, "length"))
+        return parse_decimal(value, what, key, &src->length);
     return KILN_OK; /* "checksum" and keys from newer writers carry nothing Kiln needs */
 }
 
@@ -99,10 +135,14 @@ static kiln_status scan(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, const ch
                                    KILN_MAX_ONNX_RANK);
             t->rank += (int32_t)k;
             break;
-        case 2: if ((s = kiln__pb_int32(&f, what, "data_type", &t->type))) return s; break;
+        case 2:
+            if ((s = kiln__pb_int32(&f, what, "data_type", &t->type))) return s;
+            break;
         case 3: return kiln__error(KILN_E_UNSUPPORTED, "%s: segmented tensors are not supported", what);
         case 6: return kiln__error(KILN_E_UNSUPPORTED, "%s: STRING tensors are not supported", what);
-        case 8: if ((s = kiln__onnx_strdup(m, f.data, f.len, what, &t->name))) return s; break;
+        case 8:
+            if ((s = kiln__onnx_strdup(m, f.data, f.len, what, &t->name))) return s;
+            break;
         case 9:
             if ((s = kiln__pb_expect(&f, KILN__PB_LEN, what, "raw_data"))) return s;
             src->raw = f.data;
@@ -113,10 +153,15 @@ static kiln_status scan(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, const ch
             if ((s = kiln__pb_expect(&f, KILN__PB_LEN, what, "external_data"))) return s;
             if ((s = parse_entry(m, kiln__pb_sub(&f), what, src))) return s;
             break;
-        case 14: if ((s = kiln__pb_expect(&f, KILN__PB_VARINT, what, "data_location"))) return s;
+        case 14:
+            if ((s = kiln__pb_expect(&f, KILN__PB_VARINT, what, "data_location"))) return s;
             src->external = f.v == 1;
             break;
-        case 4: case 5: case 7: case 10: case 11: {
+        case 4:
+        case 5:
+        case 7:
+        case 10:
+        case 11: {
             uint32_t wire = f.number == 4 ? KILN__PB_I32 : f.number == 10 ? KILN__PB_I64 : KILN__PB_VARINT;
             if ((s = kiln__pb_packed_count(&f, wire, what, &k))) return s;
             src->n_typed[f.number] += k;
@@ -135,13 +180,15 @@ static kiln_status read_dims(kiln__pb c, kiln__onnx_tensor *t, const char *what)
     for (;;) {
         if ((s = kiln__pb_next(&c, what, &f, &done))) return s;
         if (done) break;
-        if (f.number == 1 && (s = kiln__pb_packed_read(&f, KILN__PB_VARINT, what, (uint64_t *)t->dims, t->rank, &n)))
+        if (f.number == 1 &&
+            (s = kiln__pb_packed_read(&f, KILN__PB_VARINT, what, (uint64_t *)t->dims, t->rank, &n)))
             return s;
     }
     t->n_elements = 1;
     for (int32_t d = 0; d < t->rank; d++) {
         if (t->dims[d] < 0)
-            return kiln__error(KILN_E_FORMAT, "%s: dim %d is negative (%lld)", what, d, (long long)t->dims[d]);
+            return kiln__error(KILN_E_FORMAT, "%s: dim %d is negative (%lld)", what, d,
+                               (long long)t->dims[d]);
         if (kiln__mul_overflow_u64(t->n_elements, (uint64_t)t->dims[d], &t->n_elements))
             return kiln__error(KILN_E_FORMAT, "%s: the element count overflows 64 bits", what);
     }
@@ -149,8 +196,8 @@ static kiln_status read_dims(kiln__pb c, kiln__onnx_tensor *t, const char *what)
 }
 
 /* Convert the typed field's values into t->data (t->size bytes, allocated). */
-static kiln_status read_typed(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, const char *what, uint32_t number,
-                              uint32_t wire, int64_t n, size_t esize) {
+static kiln_status read_typed(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, const char *what,
+                              uint32_t number, uint32_t wire, int64_t n, size_t esize) {
     kiln__pb_field f;
     bool done;
     int64_t k = 0;
@@ -163,8 +210,8 @@ static kiln_status read_typed(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, co
         if (done) break;
         if (f.number == number && (s = kiln__pb_packed_read(&f, wire, what, v, n, &k))) return s;
     }
-    /* Each value's low esize bytes (int32_data holds 8- and 16-bit values and float16 bits; a float's bits come
-     * from a fixed32), or two 32-bit halves of a complex64 from float_data. */
+    /* Each value's low esize bytes (int32_data holds 8- and 16-bit values and float16 bits; a float's bits
+     * come from a fixed32), or two 32-bit halves of a complex64 from float_data. */
     size_t per = (number == 4 || number == 10) ? (number == 4 ? 4 : 8) : esize;
     for (int64_t i = 0; i < k; i++)
         for (size_t b = 0; b < per && (size_t)i * per + b < t->size; b++)
@@ -191,7 +238,8 @@ static kiln_status resolve_data(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, 
     static const uint64_t zero;
     uint32_t wire, number = typed_field(t->type, &wire);
     int64_t n_typed = 0, n_other = 0, want;
-    for (int i = 0; i < 16; i++) *(i == (int)number ? &n_typed : &n_other) += src->n_typed[i];
+    for (int i = 0; i < 16; i++)
+        *(i == (int)number ? &n_typed : &n_other) += src->n_typed[i];
     if (src->external) {
         const uint8_t *p;
         uint64_t size;
@@ -199,20 +247,22 @@ static kiln_status resolve_data(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, 
         if (src->have_raw || n_typed || n_other)
             return kiln__error(KILN_E_FORMAT, "%s: external data and inline data both present", what);
         if (!src->location) return kiln__error(KILN_E_FORMAT, "%s: external data without a location", what);
-        if ((s = kiln__onnx_external(m, t->name, src->location, src->offset, src->length ? src->length : UINT64_MAX,
-                                     &p, &size)))
+        if ((s = kiln__onnx_external(m, t->name, src->location, src->offset,
+                                     src->length ? src->length : UINT64_MAX, &p, &size)))
             return s;
         if (size != t->size)
-            return kiln__error(KILN_E_FORMAT, "%s: external data holds %llu bytes, its shape and type need %llu",
-                               what, (unsigned long long)size, (unsigned long long)t->size);
+            return kiln__error(KILN_E_FORMAT,
+                               "%s: external data holds %llu bytes, its shape and type need %llu", what,
+                               (unsigned long long)size, (unsigned long long)t->size);
         t->external = true;
         return t->size ? use_bytes(m, t, p, esize) : (t->data = &zero, KILN_OK);
     }
     if (src->have_raw) {
-        if (n_typed || n_other) return kiln__error(KILN_E_FORMAT, "%s: raw_data and typed data both present", what);
+        if (n_typed || n_other)
+            return kiln__error(KILN_E_FORMAT, "%s: raw_data and typed data both present", what);
         if (src->raw_len != t->size)
-            return kiln__error(KILN_E_FORMAT, "%s: raw_data holds %zu bytes, its shape and type need %llu", what,
-                               src->raw_len, (unsigned long long)t->size);
+            return kiln__error(KILN_E_FORMAT, "%s: raw_data holds %zu bytes, its shape and type need %llu",
+                               what, src->raw_len, (unsigned long long)t->size);
         return t->size ? use_bytes(m, t, src->raw, esize) : (t->data = &zero, KILN_OK);
     }
     if (n_other)
@@ -223,8 +273,8 @@ static kiln_status resolve_data(kiln_onnx *m, kiln__pb c, kiln__onnx_tensor *t, 
         return kiln__error(KILN_E_UNSUPPORTED, "%s: %s values must be in raw_data", what,
                            kiln__onnx_type_name(t->type));
     if (n_typed != want)
-        return kiln__error(KILN_E_FORMAT, "%s: %lld values present, its shape needs %lld", what, (long long)n_typed,
-                           (long long)want);
+        return kiln__error(KILN_E_FORMAT, "%s: %lld values present, its shape needs %lld", what,
+                           (long long)n_typed, (long long)want);
     if (!t->size) {
         t->data = &zero;
         return KILN_OK;

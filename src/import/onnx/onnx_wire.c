@@ -34,15 +34,17 @@ static size_t read_varint(const uint8_t *p, size_t n, uint64_t *v, bool *bad) {
 
 static uint64_t le(const uint8_t *p, size_t n) {
     uint64_t x = 0;
-    for (size_t i = 0; i < n; i++) x |= (uint64_t)p[i] << (8 * i);
+    for (size_t i = 0; i < n; i++)
+        x |= (uint64_t)p[i] << (8 * i);
     return x;
 }
 
 static kiln_status varint_error(const kiln__pb *c, bool bad, const char *what, const char *part) {
     size_t at = c->at + c->pos;
     if (bad)
-        return kiln__error(KILN_E_FORMAT, "%s: bad varint (%s) at byte offset %zu: over 10 bytes or above 2^64",
-                           what, part, at);
+        return kiln__error(KILN_E_FORMAT,
+                           "%s: bad varint (%s) at byte offset %zu: over 10 bytes or above 2^64", what, part,
+                           at);
     return kiln__error(KILN_E_FORMAT, "%s: truncated varint (%s) at byte offset %zu: the message ends", what,
                        part, at);
 }
@@ -98,8 +100,9 @@ kiln_status kiln__pb_next(kiln__pb *c, const char *what, kiln__pb_field *f, bool
         c->pos += (size_t)len;
         return KILN_OK;
     default:
-        return kiln__error(KILN_E_FORMAT, "%s: field %u at byte offset %zu has wire type %u, which ONNX never uses",
-                           what, f->number, f->at, f->wire);
+        return kiln__error(KILN_E_FORMAT,
+                           "%s: field %u at byte offset %zu has wire type %u, which ONNX never uses", what,
+                           f->number, f->at, f->wire);
     }
 }
 
@@ -123,8 +126,8 @@ kiln_status kiln__pb_count(kiln__pb c, const char *what, uint32_t number, int64_
 }
 
 kiln_status kiln__pb_expect(const kiln__pb_field *f, uint32_t wire, const char *what, const char *field) {
-    static const char *const names[8] = {"varint", "fixed64", "length-delimited", "group start", "group end",
-                                         "fixed32", "6", "7"};
+    static const char *const names[8] = {
+        "varint", "fixed64", "length-delimited", "group start", "group end", "fixed32", "6", "7"};
     if (f->wire == wire) return KILN_OK;
     return kiln__error(KILN_E_FORMAT, "%s: field %s (%u) at byte offset %zu is %s, expected %s", what, field,
                        f->number, f->at, names[f->wire & 7], names[wire & 7]);
@@ -153,13 +156,15 @@ kiln_status kiln__pb_packed_count(const kiln__pb_field *f, uint32_t wire, const 
     if (f->wire != KILN__PB_LEN) return kiln__pb_expect(f, wire, what, "of a repeated scalar");
     if (wire == KILN__PB_VARINT) {
         int64_t k = 0;
-        for (size_t i = 0; i < f->len; i++) k += !(f->data[i] & 0x80);
+        for (size_t i = 0; i < f->len; i++)
+            k += !(f->data[i] & 0x80);
         *n = k;
         return KILN_OK;
     }
     if (f->len % item_size(wire))
-        return kiln__error(KILN_E_FORMAT, "%s: packed field %u at byte offset %zu: %zu bytes is not a multiple of %zu",
-                           what, f->number, f->at, f->len, item_size(wire));
+        return kiln__error(KILN_E_FORMAT,
+                           "%s: packed field %u at byte offset %zu: %zu bytes is not a multiple of %zu", what,
+                           f->number, f->at, f->len, item_size(wire));
     *n = (int64_t)(f->len / item_size(wire));
     return KILN_OK;
 }
