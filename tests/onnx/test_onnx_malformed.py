@@ -169,3 +169,12 @@ def test_external_data_stays_inside_the_models_folder_and_file(tmp_path):
     refused(external_model("w.bin", 0).SerializeToString(), "KILN_E_FORMAT", "holds 16 bytes", folder=folder)
     refused(external_model("w.bin", "-1").SerializeToString(), "KILN_E_FORMAT", "not a decimal", folder=folder)
     refused(external_model("missing.bin").SerializeToString(), "KILN_E_IO", "missing.bin", folder=folder)
+
+
+def test_limits_are_named():
+    m = one_node(h.make_node("Relu", ["x"], ["y"]), outputs=[models.vi("y", T.FLOAT, [1] * 17)])
+    refused(m.SerializeToString(), "KILN_E_FORMAT", "KILN_MAX_ONNX_RANK")
+    m = one_node(h.make_node("Concat", ["x"] * 4097, ["y"], axis=0))
+    refused(m.SerializeToString(), "KILN_E_FORMAT", "KILN_MAX_ONNX_NODE_IO")
+    m = one_node(h.make_node("Relu", ["x"], ["y"], **{f"a{i}": i for i in range(1025)}))
+    refused(m.SerializeToString(), "KILN_E_FORMAT", "KILN_MAX_ONNX_ATTRS")

@@ -2,7 +2,9 @@
 models of onnx/backend/test/data/node, made from their generators, since the wheel carries the generators
 rather than the files): every model loads or is refused with a named error, never a crash. The test prints
 how many load, why the rest are refused, and for each operator Kiln claims how many of its cases load. Each
-model that loads reads as the onnx package reads it (tests/onnx/test_onnx_read.py's comparison)."""
+model that loads reads as the onnx package reads it (tests/onnx/test_onnx_read.py's comparison), and a model
+made only of claimed operators at opsets 13 to 21 is refused only for an element type Kiln does not compute
+(int8, uint8, int16, uint16, uint32, uint64, float16, string; bool for ReduceMax) or a non-tensor input."""
 import collections
 import re
 
@@ -53,10 +55,11 @@ def test_every_node_test_model_loads_or_is_refused_by_name(onnx_cache, capsys):
     assert len(paths) > 1000
     loaded, reasons = [], collections.Counter()
     per_op = collections.defaultdict(lambda: [0, 0])  # claimed op -> [cases, loaded]
-    mismatches = []
+    mismatches, claimed_refused = [], []
     for path in paths:
         model = onnx.load(path)
         ops = {n.op_type for n in model.graph.node}
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         try:
             view = kv.load(path)
         except kv.KilnError as e:
@@ -64,6 +67,10 @@ def test_every_node_test_model_loads_or_is_refused_by_name(onnx_cache, capsys):
             assert e.message, path.name
             reasons[reason(e.message)] += 1
             ok = False
+            # A model of claimed operators at a claimed opset is refused only for a type Kiln does not compute.
+            if ops <= CLAIMED and 13 <= opset <= 21 and not re.search(r"which Kiln does not support|not a tensor",
+                                                                       e.message):
+                claimed_refused.append(f"{path.stem}: {e.message}")
         else:
             loaded.append(path.name)
             ok = True
@@ -81,4 +88,5 @@ def test_every_node_test_model_loads_or_is_refused_by_name(onnx_cache, capsys):
         print("  claimed operators (single-operator cases loaded / cases):")
         print("   " + ", ".join(f"{op} {l}/{c}" for op, (c, l) in sorted(per_op.items())))
     assert not mismatches, "\n".join(mismatches[:20])
+    assert not claimed_refused, "\n".join(claimed_refused[:20])
     assert len(loaded) > 0
