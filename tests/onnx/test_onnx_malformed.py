@@ -178,3 +178,11 @@ def test_limits_are_named():
     refused(m.SerializeToString(), "KILN_E_FORMAT", "KILN_MAX_ONNX_NODE_IO")
     m = one_node(h.make_node("Relu", ["x"], ["y"], **{f"a{i}": i for i in range(1025)}))
     refused(m.SerializeToString(), "KILN_E_FORMAT", "KILN_MAX_ONNX_ATTRS")
+
+
+def test_element_types_outside_the_list_are_named():
+    m = one_node(h.make_node("Relu", ["x"], ["y"], name="r"), inputs=[models.vi("x", T.FLOAT, [2])])
+    m.graph.input[0].type.tensor_type.elem_type = -5
+    refused(m.SerializeToString(), "KILN_E_UNSUPPORTED", "'r'", "type undefined")
+    m.graph.input[0].type.tensor_type.elem_type = 1000
+    refused(m.SerializeToString(), "KILN_E_UNSUPPORTED", "type undefined")

@@ -123,3 +123,13 @@ def test_inspect_prints_the_models_interface(tmp_path, kiln_cli):
     text = subprocess.run([kiln_cli, "onnx", "inspect", str(tmp_path / "mlp.onnx")], check=True,
                           capture_output=True, text=True).stdout
     assert "opset 13" in text and "[batch, 8]" in text and "Gemm" in text
+
+
+@pytest.mark.parametrize("starts,ends,steps", [([1], [-1], [1]), ([-100], [100], [1]), ([4], [-100], [-1]),
+                                               ([100], [0], [-2]), ([-1], [-6], [-1]), ([0], [5], [3]),
+                                               ([2], [2], [1]), ([3], [1], [1]), ([-100], [-200], [-1])])
+def test_slice_clamps_as_the_specification_says(starts, ends, steps):
+    n = onnx.helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="slice")
+    inits = [models.i64("s", starts), models.i64("e", ends), models.i64("a", [1]), models.i64("st", steps)]
+    m = models.make([n], [models.vi("x", 1, [2, 5])], [models.vi("y", 1, [2, None])], inits)
+    compare(m, kv.load_bytes(m.SerializeToString()))

@@ -43,9 +43,13 @@ kiln_status kiln_onnx_load_memory(const void *data, size_t size, const char *dir
     if (!m) return kiln__nomem("an ONNX model");
     if (data) m->base = data;
     m->size = size;
-    if (dir && kiln__onnx_strdup(m, (const uint8_t *)dir, strlen(dir), "the external data folder", &m->dir)) {
-        kiln_onnx_destroy(m);
-        return KILN_E_NOMEM;
+    if (dir) {
+        kiln_status s =
+            kiln__onnx_strdup(m, (const uint8_t *)dir, strlen(dir), "the external data folder", &m->dir);
+        if (s) {
+            kiln_onnx_destroy(m);
+            return s;
+        }
     }
     return finish(m, out);
 }

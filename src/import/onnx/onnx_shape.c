@@ -475,25 +475,20 @@ static kiln_status infer_slice(const kiln_onnx *m, const kiln__onnx_node *n, shp
         const_ints(m, n, 1, st, KILN_MAX_ONNX_RANK, &ns) && const_ints(m, n, 2, en, KILN_MAX_ONNX_RANK, &ne);
     bool have_axes = !input(m, n, 3) || const_ints(m, n, 3, ax, KILN_MAX_ONNX_RANK, &na);
     bool have_steps = !input(m, n, 4) || const_ints(m, n, 4, sp, KILN_MAX_ONNX_RANK, &nsp);
-    if (!have || !have_axes || !have_steps) {
-        if (!have_axes) return (*out = known(x.rank), KILN_OK);
-        for (int64_t i = 0; have && i < ns; i++) {
-            int32_t a;
-            kiln_status s = norm_axis(input(m, n, 3) ? ax[i] : i, x.rank, false, "axis", &a);
-            if (s) return s;
-            out->d[a] = unknown_dim;
-        }
-        return have ? KILN_OK : (*out = known(x.rank), KILN_OK);
-    }
-    if (ne != ns || (input(m, n, 3) && na != ns) || (input(m, n, 4) && nsp != ns))
+    if (!have || !have_axes) return (*out = known(x.rank), KILN_OK);
+    if (ne != ns || (input(m, n, 3) && na != ns) || (have_steps && input(m, n, 4) && nsp != ns))
         return kiln__error(KILN_E_FORMAT, "starts, ends, axes and steps differ in length");
     for (int64_t i = 0; i < ns; i++) {
         int32_t a;
-        int64_t step = input(m, n, 4) ? sp[i] : 1, dim, s0, e0;
+        int64_t step = input(m, n, 4) && have_steps ? sp[i] : 1, dim, s0, e0;
         kiln_status s = norm_axis(input(m, n, 3) ? ax[i] : i, x.rank, false, "axis", &a);
         if (s) return s;
         if (seen[a]) return kiln__error(KILN_E_FORMAT, "axis %d is sliced twice", a);
         seen[a] = true;
+        if (!have_steps) {
+            out->d[a] = unknown_dim;
+            continue;
+        }
         if (step == 0) return kiln__error(KILN_E_FORMAT, "a step is 0");
         dim = x.d[a].value;
         if (dim < 0) {
@@ -506,8 +501,10 @@ static kiln_status infer_slice(const kiln_onnx *m, const kiln__onnx_node *n, shp
             s0 = clamp64(s0, 0, dim);
             e0 = clamp64(e0, 0, dim);
             out->d[a].value = e0 > s0 ? (e0 - s0 - 1) / step + 1 : 0;
+        } else if (dim == 0) {
+            out->d[a].value = 0;
         } else {
-            s0 = clamp64(s0, -1, dim - 1);
+            s0 = clamp64(s0, 0, dim - 1);
             e0 = clamp64(e0, -1, dim - 1);
             out->d[a].value = s0 > e0 ? (s0 - e0 - 1) / (step == INT64_MIN ? INT64_MAX : -step) + 1 : 0;
         }
@@ -664,14 +661,14 @@ static kiln_status check_types(const kiln_onnx *m, const kiln__onnx_node *n) {
                   op->shape == KILN__SHAPE_CONCAT;
     const kiln__onnx_value *v0 = input(m, n, 0);
     int32_t t0 = v0 ? v0->info.type : 0;
-    if (t0 && (t0 >= 32 || !(op->types & KILN__TBIT(t0))))
+    if (t0 && ((uint32_t)t0 >= 32 || !(op->types & KILN__TBIT(t0))))
         return kiln__error(KILN_E_UNSUPPORTED,
                            "input '%.128s' has type %s, which Kiln does not support for %s", in_name(n, 0),
                            kiln__onnx_type_name(t0), op->name);
     if (where) {
         const kiln__onnx_value *v1 = input(m, n, 1);
         t0 = v1 ? v1->info.type : 0;
-        if (t0 && (t0 >= 32 || !(KILN__T_ANY & KILN__TBIT(t0))))
+        if (t0 && ((uint32_t)t0 >= 32 || !(KILN__T_ANY & KILN__TBIT(t0))))
             return kiln__error(KILN_E_UNSUPPORTED,
                                "input '%.128s' has type %s, which Kiln does not support for %s",
                                in_name(n, 1), kiln__onnx_type_name(t0), op->name);
