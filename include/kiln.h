@@ -741,7 +741,7 @@ int32_t kiln_default_threads(void);
 #define KILN_MAX_ONNX_VALUES (1u << 20)       /* initializers, inputs, outputs or value_info of a graph */
 #define KILN_MAX_ONNX_NODE_IO 4096u           /* inputs, or outputs, of one node */
 #define KILN_MAX_ONNX_ATTRS 1024u             /* attributes of one node */
-#define KILN_MAX_ONNX_LIST (1u << 24)         /* elements of a list attribute or of a tensor's dims */
+#define KILN_MAX_ONNX_LIST (1u << 24)         /* elements of a list attribute */
 #define KILN_MAX_ONNX_RANK 16                 /* dimensions of a tensor or a declared shape */
 #define KILN_MAX_ONNX_OPSETS 64u              /* opset_import entries */
 #define KILN_MAX_ONNX_EXTERNAL_FILES 1024u    /* distinct external data files mapped by one model */
