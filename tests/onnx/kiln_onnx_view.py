@@ -6,10 +6,14 @@ the build's libkiln.so, as plain Python values the tests compare with what the o
     view["initializers"]["W"] == (1, [3, 4], b"...")  # type, dims, raw little-endian bytes
     view["nodes"][0] == ("mm", "MatMul", ["x", "W"], ["y"], {"alpha": 1.0, ...})
 
-A model Kiln refuses raises KilnError with the status name and kiln_last_error()'s message.
+A model Kiln refuses raises KilnError with the status name and kiln_last_error()'s message. With
+KILN_ONNX_DUMP set to a folder, every model handed to Kiln is also written there (numbered), so that a
+sanitizer build of fuzz_onnx can replay the whole suite's inputs: `fuzz_onnx -runs=0 FOLDER`.
 """
 import ctypes
+import itertools
 import os
+import pathlib
 
 
 class KilnError(Exception):
@@ -163,10 +167,22 @@ def _with(loader):
         lib().kiln_onnx_destroy(h)
 
 
+_dumped = itertools.count()
+
+
+def _dump(data):
+    folder = os.environ.get("KILN_ONNX_DUMP")
+    if folder:
+        pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(folder) / f"{os.getpid()}-{next(_dumped)}.onnx").write_bytes(data)
+
+
 def load(path):
+    _dump(pathlib.Path(path).read_bytes())
     return _with(lambda h: lib().kiln_onnx_load(str(path).encode(), ctypes.byref(h)))
 
 
 def load_bytes(data, folder=None):
+    _dump(data)
     return _with(lambda h: lib().kiln_onnx_load_memory(data, len(data), str(folder).encode() if folder else None,
                                                         ctypes.byref(h)))
