@@ -108,5 +108,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_batched_bench(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_onnx(int argc, char **argv);
 
 #endif

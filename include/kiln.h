@@ -742,6 +742,136 @@ kiln_status kiln_ctx_graph_dump(kiln_ctx *ctx, int32_t n_tokens, bool optimized,
 /* The default thread count: the number of physical cores (online cores when that cannot be read). */
 int32_t kiln_default_threads(void);
 
+/* ---------------------------------------------------------------------------------------------------
+ * ONNX models: read, validated and shape-inferred at load (docs/onnx.md). Running them comes with the
+ * generic program layer (the next step); today a loaded model answers what it holds.
+ *
+ * A model is a ModelProto (opsets 13 to 21 of the ai.onnx domain) whose every node is one of the
+ * operators Kiln claims, with the attributes and types the ONNX specification gives them. Initializers may
+ * be inline or in external data files beside the model. Anything else is refused at load with a message
+ * naming the field, node, operator type and opset. A kiln_onnx is immutable after load: its getters may be
+ * called from any number of threads at once. Every pointer it returns is valid until kiln_onnx_destroy.
+ * ------------------------------------------------------------------------------------------------- */
+
+#define KILN_MAX_ONNX_NODES (1u << 20)        /* nodes of a graph */
+#define KILN_MAX_ONNX_VALUES (1u << 20)       /* initializers, inputs, outputs or value_info of a graph */
+#define KILN_MAX_ONNX_NODE_IO 4096u           /* inputs, or outputs, of one node */
+#define KILN_MAX_ONNX_ATTRS 1024u             /* attributes of one node */
+#define KILN_MAX_ONNX_LIST (1u << 24)         /* elements of a list attribute */
+#define KILN_MAX_ONNX_RANK 16                 /* dimensions of a tensor or a declared shape */
+#define KILN_MAX_ONNX_OPSETS 64u              /* opset_import entries */
+#define KILN_MAX_ONNX_EXTERNAL_FILES 1024u    /* distinct external data files mapped by one model */
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum kiln_onnx_type {
+    KILN_ONNX_UNDEFINED = 0,
+    KILN_ONNX_FLOAT = 1,
+    KILN_ONNX_UINT8 = 2,
+    KILN_ONNX_INT8 = 3,
+    KILN_ONNX_UINT16 = 4,
+    KILN_ONNX_INT16 = 5,
+    KILN_ONNX_INT32 = 6,
+    KILN_ONNX_INT64 = 7,
+    KILN_ONNX_STRING = 8,
+    KILN_ONNX_BOOL = 9,
+    KILN_ONNX_FLOAT16 = 10,
+    KILN_ONNX_DOUBLE = 11,
+    KILN_ONNX_UINT32 = 12,
+    KILN_ONNX_UINT64 = 13,
+    KILN_ONNX_BFLOAT16 = 16
+} kiln_onnx_type;
+
+/* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
+typedef enum kiln_onnx_attr_type {
+    KILN_ONNX_ATTR_FLOAT = 1,
+    KILN_ONNX_ATTR_INT = 2,
+    KILN_ONNX_ATTR_STRING = 3,
+    KILN_ONNX_ATTR_TENSOR = 4,
+    KILN_ONNX_ATTR_FLOATS = 6,
+    KILN_ONNX_ATTR_INTS = 7,
+    KILN_ONNX_ATTR_STRINGS = 8
+} kiln_onnx_attr_type;
+
+typedef struct kiln_onnx kiln_onnx;
+
+/* One dimension: value >= 0 when known; otherwise -1, with param the symbolic name ("batch") or NULL
+ * when nothing is known about it. */
+typedef struct kiln_onnx_dim {
+    int64_t value;
+    const char *param;
+} kiln_onnx_dim;
+
+/* A named value's element type and shape (rank -1: unknown; type KILN_ONNX_UNDEFINED: unknown). */
+typedef struct kiln_onnx_value_info {
+    const char *name;
+    kiln_onnx_type type;
+    int32_t rank;
+    const kiln_onnx_dim *dims; /* rank entries */
+} kiln_onnx_value_info;
+
+/* A tensor held by the model (an initializer or an attribute's value). */
+typedef struct kiln_onnx_tensor_info {
+    const char *name;
+    kiln_onnx_type type;
+    int32_t rank;
+    const int64_t *dims;
+    uint64_t n_elements;
+    const void *data; /* n_elements little-endian elements, aligned for the type */
+    uint64_t size;    /* bytes of data */
+    bool external;    /* read from an external data file */
+} kiln_onnx_tensor_info;
+
+typedef struct kiln_onnx_node_info {
+    const char *name;    /* "" when the file names none */
+    const char *op_type; /* "MatMul", ... */
+    int32_t n_inputs, n_outputs, n_attrs;
+    const char *const *inputs; /* "" for an omitted optional input */
+    const char *const *outputs;
+} kiln_onnx_node_info;
+
+typedef struct kiln_onnx_attr_info {
+    const char *name;
+    kiln_onnx_attr_type type;
+    int64_t i;              /* INT */
+    float f;                /* FLOAT */
+    kiln_str s;             /* STRING */
+    int64_t n;              /* elements of INTS, FLOATS, STRINGS */
+    const int64_t *ints;    /* INTS */
+    const float *floats;    /* FLOATS */
+    const kiln_str *strings; /* STRINGS */
+    kiln_onnx_tensor_info t; /* TENSOR */
+} kiln_onnx_attr_info;
+
+/* Load and validate an ONNX model file (mapped read-only). External data files are read from its folder. */
+kiln_status kiln_onnx_load(const char *path, kiln_onnx **out);
+/* Load a model image already in memory (borrowed: it must outlive the handle). External data is read
+ * from the folder dir; with dir NULL a model that refers to external data is refused. */
+kiln_status kiln_onnx_load_memory(const void *data, size_t size, const char *dir, kiln_onnx **out);
+void kiln_onnx_destroy(kiln_onnx *model);
+
+int64_t kiln_onnx_opset(const kiln_onnx *model);      /* the ai.onnx opset, 13 .. 21 */
+int64_t kiln_onnx_ir_version(const kiln_onnx *model);
+const char *kiln_onnx_producer(const kiln_onnx *model); /* producer_name, "" when absent */
+
+/* The graph's inputs that a caller feeds (inputs that are also initializers are left out, as onnxruntime
+ * does) and its outputs, in file order; KILN_E_RANGE for i out of range. */
+int32_t kiln_onnx_input_count(const kiln_onnx *model);
+int32_t kiln_onnx_output_count(const kiln_onnx *model);
+kiln_status kiln_onnx_input(const kiln_onnx *model, int32_t i, kiln_onnx_value_info *out);
+kiln_status kiln_onnx_output(const kiln_onnx *model, int32_t i, kiln_onnx_value_info *out);
+/* Any value of the graph by name, with the type and shape inferred at load; KILN_E_NOT_FOUND if absent. */
+kiln_status kiln_onnx_value(const kiln_onnx *model, const char *name, kiln_onnx_value_info *out);
+
+/* Nodes in file order, their attributes, and the initializers. */
+int32_t kiln_onnx_node_count(const kiln_onnx *model);
+kiln_status kiln_onnx_node(const kiln_onnx *model, int32_t i, kiln_onnx_node_info *out);
+kiln_status kiln_onnx_node_attr(const kiln_onnx *model, int32_t node, int32_t j, kiln_onnx_attr_info *out);
+int32_t kiln_onnx_initializer_count(const kiln_onnx *model);
+kiln_status kiln_onnx_initializer(const kiln_onnx *model, int32_t i, kiln_onnx_tensor_info *out);
+
+/* "float", "int64", "bool", ... as ONNX spells them; "undefined" for 0 and values it does not define. */
+const char *kiln_onnx_type_name(kiln_onnx_type type);
+
 #ifdef __cplusplus
 }
 #endif

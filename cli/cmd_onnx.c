@@ -1,0 +1,171 @@
+/*
+ * cmd_onnx.c - `kiln onnx inspect`: load and validate an ONNX model and print its opset, its inputs and
+ * outputs with element types and shapes (symbolic dimensions by name), how many nodes of each operator it
+ * has and the bytes of its initializers, as text or JSON. Further subcommands (run, bench, quantize) come
+ * with the program layer (docs/onnx.md).
+ */
+#include "common.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char onnx_help[] =
+    "usage: kiln onnx inspect [--json] FILE\n"
+    "\n"
+    "Load an ONNX model (opsets 13 to 21, the operators in docs/onnx.md), validate it and infer its shapes,\n"
+    "then print its IR version, opset and producer, its inputs and outputs (element type and shape; a\n"
+    "symbolic dimension prints by name, an unknown one as '?'), its node count by operator type and the\n"
+    "count and bytes of its initializers (those in external data files counted apart). A model Kiln cannot\n"
+    "load is reported with the reason (the field, node, operator type and opset) and exit status 1.\n"
+    "\n"
+    "      --json   machine-readable output (an unknown dimension is null, an unknown shape null)\n"
+    "  -h, --help   this text\n";
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_shape(const kiln_onnx_value_info *v, bool json) {
+    if (v->rank < 0) {
+        fputs(json ? "null" : "?", stdout);
+        return;
+    }
+    putchar('[');
+    for (int32_t d = 0; d < v->rank; d++) {
+        if (d) fputs(", ", stdout);
+        if (v->dims[d].value >= 0)
+            printf("%" PRId64, v->dims[d].value);
+        else if (v->dims[d].param && json)
+            json_string(v->dims[d].param);
+        else if (v->dims[d].param)
+            fputs(v->dims[d].param, stdout);
+        else
+            fputs(json ? "null" : "?", stdout);
+    }
+    putchar(']');
+}
+
+typedef kiln_status (*value_getter)(const kiln_onnx *, int32_t, kiln_onnx_value_info *);
+
+static void print_values(const kiln_onnx *m, const char *title, int32_t n, value_getter get, bool json) {
+    if (json)
+        printf(", \"%s\": [", title);
+    else
+        printf("%s (%d):\n", title, n);
+    for (int32_t i = 0; i < n; i++) {
+        kiln_onnx_value_info v;
+        if (get(m, i, &v)) continue;
+        if (json) {
+            printf(i ? ", {\"name\": " : "{\"name\": ");
+            json_string(v.name);
+            printf(", \"type\": \"%s\", \"shape\": ", kiln_onnx_type_name(v.type));
+            print_shape(&v, true);
+            putchar('}');
+        } else {
+            printf("  %-32s %-8s ", v.name, kiln_onnx_type_name(v.type));
+            print_shape(&v, false);
+            putchar('\n');
+        }
+    }
+    if (json) putchar(']');
+}
+
+/* Node counts by operator type, in order of first appearance. */
+static void print_ops(const kiln_onnx *m, bool json) {
+    int32_t n = kiln_onnx_node_count(m), shown = 0;
+    if (json)
+        printf(", \"node_count\": %d, \"ops\": {", n);
+    else
+        printf("nodes (%d):\n", n);
+    for (int32_t i = 0; i < n; i++) {
+        kiln_onnx_node_info node, prev;
+        int32_t count = 0;
+        bool seen = false;
+        kiln_onnx_node(m, i, &node);
+        for (int32_t j = 0; j < i && !seen; j++)
+            seen = !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
+        if (seen) continue;
+        for (int32_t j = i; j < n; j++)
+            count += !kiln_onnx_node(m, j, &prev) && !strcmp(prev.op_type, node.op_type);
+        if (json) {
+            printf(shown++ ? ", " : "");
+            json_string(node.op_type);
+            printf(": %d", count);
+        } else {
+            printf("  %-32s %d\n", node.op_type, count);
+        }
+    }
+    if (json) putchar('}');
+}
+
+static void print_model(const kiln_onnx *m, const char *path, bool json) {
+    int32_t n_init = kiln_onnx_initializer_count(m), n_ext = 0;
+    uint64_t bytes = 0, ext_bytes = 0;
+    for (int32_t i = 0; i < n_init; i++) {
+        kiln_onnx_tensor_info t;
+        if (kiln_onnx_initializer(m, i, &t)) continue;
+        bytes += t.size;
+        if (t.external) n_ext++, ext_bytes += t.size;
+    }
+    if (json) {
+        printf("{\"ir_version\": %" PRId64 ", \"opset\": %" PRId64 ", \"producer\": ",
+               kiln_onnx_ir_version(m), kiln_onnx_opset(m));
+        json_string(kiln_onnx_producer(m));
+    } else {
+        printf("%s: ONNX IR version %" PRId64 ", opset %" PRId64 ", producer '%s'\n\n", path,
+               kiln_onnx_ir_version(m), kiln_onnx_opset(m), kiln_onnx_producer(m));
+    }
+    print_values(m, "inputs", kiln_onnx_input_count(m), kiln_onnx_input, json);
+    if (!json) putchar('\n');
+    print_values(m, "outputs", kiln_onnx_output_count(m), kiln_onnx_output, json);
+    if (!json) putchar('\n');
+    print_ops(m, json);
+    if (json)
+        printf(", \"initializers\": {\"count\": %d, \"bytes\": %" PRIu64 ", \"external_count\": %d, "
+               "\"external_bytes\": %" PRIu64 "}}\n",
+               n_init, bytes, n_ext, ext_bytes);
+    else
+        printf("\ninitializers: %d, %" PRIu64 " bytes (%d in external data files, %" PRIu64 " bytes)\n",
+               n_init, bytes, n_ext, ext_bytes);
+}
+
+int cmd_onnx(int argc, char **argv) {
+    const char *path = NULL;
+    bool json = false;
+    kiln_onnx *m;
+    kiln_status s;
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(onnx_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    if (strcmp(argv[1], "inspect") != 0) return cli_usage_error("onnx", "unknown subcommand '%s'", argv[1]);
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(onnx_help, stdout);
+            return CLI_OK;
+        } else if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (argv[i][0] == '-')
+            return cli_usage_error("onnx", "unknown option '%s'", argv[i]);
+        else if (path)
+            return cli_usage_error("onnx", "more than one FILE");
+        else
+            path = argv[i];
+    }
+    if (!path) return cli_usage_error("onnx", "missing FILE");
+    if ((s = kiln_onnx_load(path, &m))) return cli_fail("onnx", s, NULL);
+    print_model(m, path, json);
+    kiln_onnx_destroy(m);
+    return CLI_OK;
+}
