@@ -693,6 +693,29 @@ int32_t kiln_kv_seq_pos_max(const kiln_ctx *ctx, int32_t seq);
 /* Cells in use (by any sequence) and free. */
 int32_t kiln_kv_n_used(const kiln_ctx *ctx);
 
+/* Saving and restoring one sequence's KV state (docs/runtime.md, "Saving a sequence"): the positions of
+ * its cells, their K and V rows in every layer, and a token history the caller keeps beside them (the
+ * tokens the cells were computed from, as llama.cpp's llama_state_seq_save_file takes them). The file
+ * names the model it came from (a hash of its hyperparameters and tensor table), the cache type and
+ * shapes; a load checks every field, its length and a checksum, and refuses a file of another model, of
+ * another cache type, truncated or corrupt with a named error, changing nothing. A loaded sequence
+ * replaces seq's cells and continues exactly as the saved one would have: the next token's position is
+ * its last position + 1. Loading needs as many free cells as the state holds (clear seq first when the
+ * cache is tight; KILN_E_CONTEXT_FULL otherwise) and a tokens array of at least the saved history
+ * (KILN_E_RANGE otherwise); *n_tokens gets the history's length. Not for an embeddings context. Saving
+ * writes PATH.tmp and renames it over path. */
+kiln_status kiln_ctx_state_save(kiln_ctx *ctx, const char *path, int32_t seq, const int32_t *tokens,
+                                int32_t n_tokens);
+kiln_status kiln_ctx_state_load(kiln_ctx *ctx, const char *path, int32_t seq, int32_t *tokens, int32_t capacity,
+                                int32_t *n_tokens);
+/* The same bytes in memory: the size of seq's state with n_tokens history tokens, the state written into
+ * dst (size must be exactly that), and a state read back from src. */
+kiln_status kiln_ctx_state_size(kiln_ctx *ctx, int32_t seq, int32_t n_tokens, size_t *out);
+kiln_status kiln_ctx_state_get(kiln_ctx *ctx, int32_t seq, const int32_t *tokens, int32_t n_tokens, void *dst,
+                               size_t size);
+kiln_status kiln_ctx_state_set(kiln_ctx *ctx, int32_t seq, const void *src, size_t size, int32_t *tokens,
+                               int32_t capacity, int32_t *n_tokens);
+
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
  * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */
 typedef struct kiln_plan_info {
