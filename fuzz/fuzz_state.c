@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kiln_status s;
     if (size < 1) return 0;
     c = ctxs[(data[0] & 3) % 3];
-    if (size - 1 > copy_cap) {
+    if (!copy || size - 1 > copy_cap) {
         free(copy);
         copy_cap = size - 1;
         copy = malloc(copy_cap ? copy_cap : 1);
