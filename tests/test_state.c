@@ -8,10 +8,13 @@
  * q8_0 caches. The reference is the uninterrupted run of the same library; the uninterrupted greedy tokens
  * themselves are llama.cpp's golden ids (tests/data/golden, see its README), so the comparison is anchored.
  * A restore into a different cell layout (the sequences loaded in another order) is checked against the
- * same run within the 1e-4 bound of test_kv_cache.c. Then the corrupt-file corpus: every malformed file
+ * same run within the 1e-4 bound of test_kv_cache.c. On a Vulkan device (lavapipe) the cache lives in
+ * device memory and the rows move through the buffer verbs; the f32 case is bit-identical there too
+ * (skipped without a device). Then the corrupt-file corpus: every malformed file
  * is refused with a named error and changes nothing in the context.
  */
 #include "harness.h"
+#include "runtime/compile.h" /* the Vulkan test checks where the cache lives */
 
 #include <math.h>
 #include <stdlib.h>
@@ -174,6 +177,30 @@ static void three_sequences_in_shared_batches_continue_bit_identically(void) {
 }
 static void sequences_restored_into_other_cells_continue_within_tolerance(void) {
     continue_equals_uninterrupted(KILN_TYPE_F32, N_SEQS, REVERSED, false);
+}
+
+/* On a Vulkan device (lavapipe here) the cache lives in device memory: save and load move its rows
+ * through the buffer verbs, and a restored sequence still continues bit-identically. Skipped without a
+ * Vulkan device. */
+static void a_device_resident_cache_saves_and_restores_through_the_buffer_verbs(void) {
+    kiln_model_params mp = kiln_model_params_default();
+    kiln_model *vk = NULL, *cpu = model;
+    mp.devices = "vulkan";
+    CHECK_OK(kiln_model_load_ex(KILN_MODEL_PATH, &mp, &vk));
+    if (!vk) return;
+    if (kiln_model_device_note(vk)) {
+        printf("  skipped: %s\n", kiln_model_device_note(vk));
+    } else {
+        kiln_ctx *c;
+        model = vk;
+        if ((c = make_ctx(KILN_TYPE_F32, 1))) {
+            CHECK(c->kv.backend != c->engine->cpu); /* the cache is in the device's memory */
+            kiln_ctx_destroy(c);
+        }
+        continue_equals_uninterrupted(KILN_TYPE_F32, 1, IN_ORDER, true);
+        model = cpu;
+    }
+    kiln_model_destroy(vk);
 }
 
 /* A context holding one sequence of the golden prompt, and that sequence's state in memory. */
@@ -383,6 +410,7 @@ int main(void) {
     RUN(one_sequence_continues_bit_identically_q8_0);
     RUN(three_sequences_in_shared_batches_continue_bit_identically);
     RUN(sequences_restored_into_other_cells_continue_within_tolerance);
+    RUN(a_device_resident_cache_saves_and_restores_through_the_buffer_verbs);
     RUN(memory_and_file_hold_the_same_bytes);
     RUN(corrupt_states_are_refused_by_name);
     RUN(a_state_goes_only_into_its_own_model_and_cache_type);
