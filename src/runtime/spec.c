@@ -10,8 +10,11 @@
  * The target decodes [last, d1 .. dk] in one batch with logits for every token; row i's argmax is what
  * greedy decoding would choose after d1 .. di, so the step keeps argmax(row 0), and argmax(row i) for as
  * long as each d_i equalled the argmax before it, and forgets the cells of the rejected drafts. The tokens
- * are greedy decoding's by construction; only the logits of a many-token batch may differ from a one-token
- * step's in the last bits (docs/runtime.md), so a near tie can in principle go the other way.
+ * are greedy decoding's by construction. How many tokens a step guesses adapts to how the guesses fare:
+ * the cap halves (down to 1) after a step whose guesses were all rejected and doubles (up to n_draft)
+ * after one whose guesses were all accepted, so that a drafter that keeps missing costs little more than
+ * plain decoding. Only the logits of a many-token batch may differ from a one-token step's in the last
+ * bits (docs/runtime.md), so a near tie can in principle go the other way.
  */
 #include "runtime/compile.h"
 
@@ -27,6 +30,7 @@ struct kiln_spec {
     int32_t *draft_toks; /* [n_ctx of the draft] the tokens in the draft's sequence 0 */
     int32_t n_draft_toks;
     kiln_spec_params p;
+    int32_t cap;      /* tokens the next step may guess: adapts between 1 and n_draft */
     kiln_batch batch; /* [n_draft + 1] */
     kiln_spec_stats stats;
 };
@@ -86,6 +90,7 @@ kiln_status kiln_spec_create(kiln_ctx *target, const kiln_spec_params *params, k
     sp->target = target;
     sp->draft = p.draft;
     sp->p = p;
+    sp->cap = p.n_draft;
     if ((s = kiln_batch_init(p.n_draft + 1, &sp->batch)) ||
         (p.draft && !(sp->draft_toks = kiln__alloc_array((size_t)p.draft->n_ctx, sizeof(int32_t))))) {
         kiln_spec_destroy(sp);
@@ -167,7 +172,7 @@ kiln_status kiln_spec_step(kiln_spec *sp, const int32_t *history, int32_t n, int
             "kiln_spec_step: the cache holds %d tokens of sequence 0, the history %d (expected one "
             "more: its last token, chosen but not decoded)",
             p0, n);
-    k = KILN__MIN(sp->p.n_draft, max_out - 1);
+    k = KILN__MIN(sp->cap, max_out - 1);
     k = KILN__MIN(k, c->n_ctx - c->cells.n_used - 1);
     if (k < 0) return kiln__error(KILN_E_CONTEXT_FULL, "kiln_spec_step: the context is full");
     if (k > 0) {
@@ -188,6 +193,8 @@ kiln_status kiln_spec_step(kiln_spec *sp, const int32_t *history, int32_t n, int
     *n_out = m + 1;
     /* The cells of d_{m+1} .. d_k saw a wrong prefix. */
     if (m < k) kiln__kv_seq_rm(&c->cells, 0, p0 + 1 + m, INT32_MAX);
+    if (k > 0 && m == 0) sp->cap = KILN__MAX(1, sp->cap / 2);
+    if (k > 0 && m == k) sp->cap = KILN__MIN(sp->p.n_draft, sp->cap * 2);
     sp->stats.steps++;
     sp->stats.drafted += k;
     sp->stats.accepted += m;
