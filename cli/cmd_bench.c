@@ -41,7 +41,12 @@ static const char bench_help[] =
     "  --no-bandwidth      skip the start-up read-bandwidth probe (a few seconds: the best of several\n"
     "                      access patterns, page sizes and thread counts)\n"
     "  -v, --verbose       print every pattern the bandwidth probe tries to stderr\n"
+    "  --lookup, --model-draft F  speculative mode: greedy generation after a prompt, plain against\n"
+    "                      speculative (`kiln bench --lookup --help`)\n"
     "  -h, --help          this text\n";
+
+/* The speculative mode (cmd_bench_spec.c). */
+int cmd_bench_spec(int argc, char **argv);
 
 typedef struct bench_options {
     const char *model, *output;
@@ -175,8 +180,11 @@ int cmd_bench(int argc, char **argv) {
     double bw = 0;
     char bw_how[160] = "";
     kiln_status s;
-    int rc = parse(argc, argv, &o);
-    if (rc) return rc < 0 ? CLI_OK : rc;
+    int rc;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--model-draft") || !strcmp(argv[i], "-md"))
+            return cmd_bench_spec(argc, argv);
+    if ((rc = parse(argc, argv, &o))) return rc < 0 ? CLI_OK : rc;
     if (!o.model) o.model = cli_default_model();
     if ((rc = cli_model_load("bench", o.model, &o.engine, o.model, &m))) return rc;
     o.engine.n_threads = kiln_model_n_threads(m);

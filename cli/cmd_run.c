@@ -1,5 +1,7 @@
 /*
- * cmd_run.c - `kiln run`: tokenize a prompt, prefill it in one batch, then generate one token at a time.
+ * cmd_run.c - `kiln run`: tokenize a prompt, prefill it in one batch, then generate one token at a time,
+ * or, with --lookup or --model-draft, several per target batch by greedy speculative decoding
+ * (kiln_spec_step), which produces the same tokens.
  *
  * stdout receives exactly the prompt text followed by the generated text, streamed as it is produced.
  * Diagnostics and the final timing line go to stderr.
@@ -42,6 +44,12 @@ static const char run_help[] =
     "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1.0)\n"
     "      --repeat-last-n N  history length for the repeat penalty (default 64)\n"
     "      --seed S           random seed (default: from the clock)\n"
+    "      --lookup           speculative decoding with prompt lookup: guess the next tokens from the\n"
+    "                         latest earlier occurrence of the last n-gram, verify them in one batch\n"
+    "                         (greedy only: --temp 0; the output is greedy decoding's)\n"
+    "  -md, --model-draft F   speculative decoding with draft model F (same vocabulary), greedy only\n"
+    "      --draft-max N      most guessed tokens per step (default 8)\n"
+    "      --lookup-ngram N   longest n-gram prompt lookup matches (default 4)\n"
     "      --passes LIST      graph passes: all, none, or e.g. cse,dce or -fuse_qkv (default all,\n"
     "                         or $KILN_PASSES)\n"
     "      --no-fuse          switch off every fusion pass\n"
@@ -61,6 +69,9 @@ typedef struct run_options {
     bool seed_given;
     bool no_fuse;
     kiln_type kv_type;
+    bool lookup;             /* --lookup */
+    const char *model_draft; /* --model-draft */
+    long draft_max, lookup_ngram;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -75,6 +86,10 @@ static int parse(int argc, char **argv, run_options *o) {
     o->seed_given = false;
     o->no_fuse = false;
     o->kv_type = KILN_TYPE_F32;
+    o->lookup = false;
+    o->model_draft = NULL;
+    o->draft_max = 8;
+    o->lookup_ngram = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -90,6 +105,11 @@ static int parse(int argc, char **argv, run_options *o) {
             ok = cli_arg_int("run", argc, argv, &i, 0, 1L << 24, &o->n_ctx);
         else if (!strcmp(a, "--passes")) ok = cli_arg_str("run", argc, argv, &i, &o->engine.passes);
         else if (!strcmp(a, "--no-fuse")) o->no_fuse = true;
+        else if (!strcmp(a, "--lookup")) o->lookup = true;
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
+            ok = cli_arg_str("run", argc, argv, &i, &o->model_draft);
+        else if (!strcmp(a, "--draft-max")) ok = cli_arg_int("run", argc, argv, &i, 1, 63, &o->draft_max);
+        else if (!strcmp(a, "--lookup-ngram")) ok = cli_arg_int("run", argc, argv, &i, 1, 16, &o->lookup_ngram);
         else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->engine.verbose = true;
         else if (!cli_arg_engine("run", argc, argv, &i, &o->engine, &ok) &&
@@ -98,6 +118,9 @@ static int parse(int argc, char **argv, run_options *o) {
         if (!ok) return CLI_USAGE;
     }
     if (o->prompt_file && o->prompt[0]) return cli_usage_error("run", "give the prompt with -p or -f, not both");
+    if (o->lookup && o->model_draft) return cli_usage_error("run", "give --lookup or --model-draft, not both");
+    if ((o->lookup || o->model_draft) && (o->sampling.temperature > 0 || o->sampling.repeat_penalty != 1.0f))
+        return cli_usage_error("run", "speculative decoding is greedy only: add --temp 0 (and no repeat penalty)");
     if (!o->model) o->model = cli_default_model();
     if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;
@@ -106,6 +129,9 @@ static int parse(int argc, char **argv, run_options *o) {
 typedef struct generation {
     kiln_model *model;
     kiln_ctx *ctx;
+    kiln_model *draft_model; /* --model-draft */
+    kiln_ctx *draft_ctx;
+    kiln_spec *spec; /* --lookup or --model-draft */
     kiln_sampler *sampler;
     kiln_detok *detok;
     int32_t *prompt;
@@ -113,6 +139,9 @@ typedef struct generation {
 } generation;
 
 static void generation_free(generation *g) {
+    kiln_spec_destroy(g->spec);
+    kiln_ctx_destroy(g->draft_ctx);
+    kiln_model_destroy(g->draft_model);
     kiln_detok_destroy(g->detok);
     kiln_sampler_destroy(g->sampler);
     kiln_ctx_destroy(g->ctx);
@@ -207,6 +236,69 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
     return CLI_OK;
 }
 
+/* Greedy speculative generation: each kiln_spec_step gives the next tokens of greedy decoding, one
+ * target batch each. hist holds the prompt and every token chosen; its last is not yet decoded. */
+static int generate_spec(generation *g, const run_options *o, double *t_prompt, double *t_gen, long *n_gen) {
+    int32_t eos = kiln_vocab_eos(kiln_model_vocab(g->model)), n_ctx = kiln_ctx_n_ctx(g->ctx), out[64], m = 0;
+    int32_t *hist = malloc((size_t)n_ctx * sizeof *hist), n;
+    const float *logits;
+    kiln_str piece;
+    kiln_status s;
+    double t0 = cli_now_seconds();
+    bool end = false;
+    if (!hist) return cli_fail("run", KILN_E_NOMEM, "the history");
+    if ((s = kiln_ctx_decode(g->ctx, g->prompt, (int32_t)g->n_prompt, &logits))) {
+        free(hist);
+        return cli_fail("run", s, "evaluating the prompt");
+    }
+    *t_prompt = cli_now_seconds() - t0;
+    fputs(o->prompt, stdout);
+    fflush(stdout);
+    memcpy(hist, g->prompt, g->n_prompt * sizeof *hist);
+    n = (int32_t)g->n_prompt;
+    t0 = cli_now_seconds();
+    if ((s = kiln_sampler_sample(g->sampler, logits, &out[0]))) end = true;
+    m = 1;
+    for (*n_gen = 0; !end && !s;) {
+        for (int32_t i = 0; i < m && !end; i++) {
+            ++*n_gen;
+            hist[n++] = out[i];
+            if (out[i] == eos || *n_gen == o->n_predict) end = true;
+            else if ((s = kiln_detok_push(g->detok, out[i], &piece))) end = true;
+            else write_piece(piece);
+        }
+        if (end) break;
+        if (n >= n_ctx) {
+            fprintf(stderr, "\nkiln run: context full (%d tokens); stopping\n", n_ctx);
+            break;
+        }
+        s = kiln_spec_step(g->spec, hist, n, (int32_t)(o->n_predict - *n_gen), out, &m);
+    }
+    free(hist);
+    if (s) return cli_fail("run", s, "speculative decoding");
+    if ((s = kiln_detok_flush(g->detok, &piece))) return cli_fail("run", s, "detokenizing");
+    write_piece(piece);
+    *t_gen = cli_now_seconds() - t0;
+    return CLI_OK;
+}
+
+/* The speculative decoder of --lookup or --model-draft (the draft model on the target's engine options). */
+static int spec_create(generation *g, const run_options *o, const kiln_ctx_params *cp) {
+    kiln_spec_params sp = kiln_spec_params_default();
+    kiln_status s;
+    int rc;
+    sp.n_draft = (int32_t)o->draft_max;
+    sp.ngram_max = (int32_t)o->lookup_ngram;
+    if (o->model_draft) {
+        if ((rc = cli_model_load("run", o->model_draft, &o->engine, NULL, &g->draft_model))) return rc;
+        if ((s = kiln_ctx_create(g->draft_model, cp, &g->draft_ctx)))
+            return cli_fail("run", s, "creating the draft model's context");
+        sp.draft = g->draft_ctx;
+    }
+    if ((s = kiln_spec_create(g->ctx, &sp, &g->spec))) return cli_fail("run", s, "starting speculative decoding");
+    return CLI_OK;
+}
+
 int cmd_run(int argc, char **argv) {
     run_options o;
     generation g = {0};
@@ -239,12 +331,20 @@ int cmd_run(int argc, char **argv) {
     if (!rc && (s = kiln_detok_create(kiln_model_vocab(g.model), o.prompt[0] == '\0', &g.detok)))
         rc = cli_fail("run", s, "creating the detokenizer");
     t_load = cli_now_seconds() - t_load;
+    if (!rc && (o.lookup || o.model_draft)) rc = spec_create(&g, &o, &cp);
     if (!rc && o.engine.verbose) rc = print_plans(&g);
-    if (!rc) rc = generate(&g, &o, &t_prompt, &t_gen, &n_gen);
+    if (!rc) rc = g.spec ? generate_spec(&g, &o, &t_prompt, &t_gen, &n_gen) : generate(&g, &o, &t_prompt, &t_gen, &n_gen);
     if (!rc) {
         fprintf(stderr, "\n\nkiln run: load %.1f ms | prompt %zu tokens, %.1f t/s | generation %ld tokens, %.1f t/s\n",
                 t_load * 1e3, g.n_prompt, t_prompt > 0 ? (double)g.n_prompt / t_prompt : 0.0, n_gen,
                 t_gen > 0 ? (double)n_gen / t_gen : 0.0);
+    }
+    if (!rc && g.spec) {
+        kiln_spec_stats st;
+        kiln_spec_get_stats(g.spec, &st);
+        fprintf(stderr, "kiln run: speculative: %lld target batches, %lld tokens drafted, %lld accepted (%.1f%%)\n",
+                (long long)st.steps, (long long)st.drafted, (long long)st.accepted,
+                st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0);
     }
     if (!rc && o.engine.verbose) print_device_memory(g.model);
     generation_free(&g);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char serve_help[] =
     "usage: kiln serve [-m FILE] [options]\n"
@@ -33,6 +34,8 @@ static const char serve_help[] =
     "      --timeout S         seconds a connection may stay idle or take to send a request (default 30)\n"
     "      --max-body BYTES    the largest request body (default 1048576)\n"
     "      --grace S           seconds running requests get to finish after SIGTERM (default 10)\n"
+    "      --slot-save-path DIR  folder of POST /slots/{id}?action=save|restore state files (KV cache and\n"
+    "                          tokens of a cached prompt; slot 0 is the most recent); without it: 501\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --devices LIST      backends in priority order, comma-separated (default: cpu)\n"
     "      --device D          where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
@@ -82,6 +85,7 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--api-key")) return cli_arg_str("serve", argc, argv, i, &p->api_key);
     if (!strcmp(a, "--api-key-file")) return cli_arg_str("serve", argc, argv, i, &o->key_file);
     if (!strcmp(a, "--verbose")) return (p->verbose = true);
+    if (!strcmp(a, "--slot-save-path")) return cli_arg_str("serve", argc, argv, i, &p->slot_save_path);
     if (!strcmp(a, "--port"))
         ok = cli_arg_int("serve", argc, argv, i, 0, 65535, &v) && ((p->port = (int)v), 1);
     else if (!strcmp(a, "-np") || !strcmp(a, "--parallel"))
@@ -128,6 +132,9 @@ int cmd_serve(int argc, char **argv) {
         o.p.api_key = getenv("KILN_API_KEY");
     }
     if (o.p.api_key && !*o.p.api_key) return cli_usage_error("serve", "the API key is empty");
+    struct stat st;
+    if (o.p.slot_save_path && (stat(o.p.slot_save_path, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return cli_usage_error("serve", "--slot-save-path '%s' is not a folder", o.p.slot_save_path);
     const char *level = o.engine.cpu ? o.engine.cpu : getenv("KILN_CPU");
     kiln_status s;
     if (level && *level && (s = kiln_set_cpu_level(level))) {

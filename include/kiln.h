@@ -709,6 +709,59 @@ int32_t kiln_kv_seq_pos_max(const kiln_ctx *ctx, int32_t seq);
 /* Cells in use (by any sequence) and free. */
 int32_t kiln_kv_n_used(const kiln_ctx *ctx);
 
+/* Saving and restoring one sequence's KV state (docs/runtime.md, "Saving a sequence"): the positions of
+ * its cells, their K and V rows in every layer, and a token history the caller keeps beside them (the
+ * tokens the cells were computed from, as llama.cpp's llama_state_seq_save_file takes them). The file
+ * names the model it came from (a hash of its hyperparameters and tensor table), the cache type and
+ * shapes; a load checks every field, its length and a checksum, and refuses a file of another model, of
+ * another cache type, truncated or corrupt with a named error, changing nothing. A loaded sequence
+ * replaces seq's cells and continues exactly as the saved one would have: the next token's position is
+ * its last position + 1. Loading needs as many free cells as the state holds (clear seq first when the
+ * cache is tight; KILN_E_CONTEXT_FULL otherwise) and a tokens array of at least the saved history
+ * (KILN_E_RANGE otherwise); *n_tokens gets the history's length. Not for an embeddings context. Saving
+ * writes PATH.tmp and renames it over path. */
+kiln_status kiln_ctx_state_save(kiln_ctx *ctx, const char *path, int32_t seq, const int32_t *tokens,
+                                int32_t n_tokens);
+kiln_status kiln_ctx_state_load(kiln_ctx *ctx, const char *path, int32_t seq, int32_t *tokens, int32_t capacity,
+                                int32_t *n_tokens);
+/* The same bytes in memory: the size of seq's state with n_tokens history tokens, the state written into
+ * dst (size must be exactly that), and a state read back from src. */
+kiln_status kiln_ctx_state_size(kiln_ctx *ctx, int32_t seq, int32_t n_tokens, size_t *out);
+kiln_status kiln_ctx_state_get(kiln_ctx *ctx, int32_t seq, const int32_t *tokens, int32_t n_tokens, void *dst,
+                               size_t size);
+kiln_status kiln_ctx_state_set(kiln_ctx *ctx, int32_t seq, const void *src, size_t size, int32_t *tokens,
+                               int32_t capacity, int32_t *n_tokens);
+
+/* Greedy speculative decoding of sequence 0 (docs/runtime.md, "Speculative decoding"): up to n_draft
+ * guessed tokens verified by one batch of the target, keeping exactly the tokens greedy decoding
+ * chooses. The guesses come from prompt lookup (the continuation of the latest earlier occurrence of the
+ * history's last ngram_max .. ngram_min tokens) or, when draft is set, from a draft model's greedy
+ * decoding in its own context (same vocabulary, checked by kiln_spec_create: KILN_E_INVALID_ARG names the
+ * difference). Both contexts are borrowed and must outlive the kiln_spec; kiln_spec_create clears the
+ * draft's. */
+typedef struct kiln_spec_params {
+    int32_t n_draft;   /* most guessed tokens per step, 1 .. 64 and below the target's n_batch; default 8 */
+    int32_t ngram_min; /* prompt lookup: shortest n-gram matched; default 1 */
+    int32_t ngram_max; /* longest, at most 16; default 4 */
+    kiln_ctx *draft;   /* a draft model's context, or NULL for prompt lookup */
+} kiln_spec_params;
+typedef struct kiln_spec kiln_spec;
+typedef struct kiln_spec_stats {
+    int64_t steps;    /* target batches */
+    int64_t drafted;  /* tokens guessed */
+    int64_t accepted; /* guesses the target confirmed */
+} kiln_spec_stats;
+kiln_spec_params kiln_spec_params_default(void);
+kiln_status kiln_spec_create(kiln_ctx *target, const kiln_spec_params *params, kiln_spec **out);
+void kiln_spec_destroy(kiln_spec *spec);
+/* One step. history[0..n) is sequence 0 so far: the target's cache holds its first n - 1 tokens and
+ * history[n - 1] is the last token chosen, not yet decoded. out receives the next 1 .. min(max_out,
+ * n_draft + 1) tokens of greedy decoding (*n_out of them); the cache then holds the history and every
+ * token of out but the last, which is the next step's undecoded token. */
+kiln_status kiln_spec_step(kiln_spec *spec, const int32_t *history, int32_t n, int32_t max_out, int32_t *out,
+                           int32_t *n_out);
+void kiln_spec_get_stats(const kiln_spec *spec, kiln_spec_stats *out);
+
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
  * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */
 typedef struct kiln_plan_info {

@@ -120,6 +120,7 @@ kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, 
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
+    pthread_cond_init(&e->slot_cv, NULL);
     st = engine_init(e);
     if (st == KILN_OK) {
         int rc = pthread_create(&e->thread, NULL, engine_main, e);
@@ -145,6 +146,7 @@ void ks_engine_destroy(ks_engine *e) {
         pthread_mutex_lock(&e->mu);
         e->stopping = true;
         pthread_cond_signal(&e->work_cv);
+        pthread_cond_broadcast(&e->slot_cv);
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
@@ -153,6 +155,7 @@ void ks_engine_destroy(ks_engine *e) {
     kiln_batch_free(&e->batch);
     kiln_ctx_destroy(e->ctx);
     pthread_cond_destroy(&e->idle_cv);
+    pthread_cond_destroy(&e->slot_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -163,8 +166,19 @@ static void *engine_main(void *arg) {
     ks_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stopping && e->n_live == 0)
+        while (!e->stopping && e->n_live == 0 && !e->slot_op)
             pthread_cond_wait(&e->work_cv, &e->mu);
+        if (e->slot_op) { /* a slot action (slots.c) between two steps */
+            ks_slot_op *op = e->slot_op;
+            pthread_mutex_unlock(&e->mu);
+            ks__engine_run_slot_op(e, op);
+            pthread_mutex_lock(&e->mu);
+            ks__engine_publish(e, false); /* the cache's gauges changed */
+            op->done = true;
+            e->slot_op = NULL;
+            pthread_cond_broadcast(&e->slot_cv);
+            continue;
+        }
         if (e->stopping && e->n_live == 0) break;
         pthread_mutex_unlock(&e->mu);
         bool progressed = e->embeds ? ks__engine_step_embed(e) : ks__engine_step(e);

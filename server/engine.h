@@ -176,6 +176,22 @@ typedef struct ks_metrics {
 } ks_metrics;
 void ks_engine_metrics(ks_engine *e, ks_metrics *out);
 
+/* llama-server's slot actions (slots.c): slot k is the k-th most recently used prefix-cache entry
+ * (0 .. cache_seqs - 1). SAVE writes its KV state and tokens to path (kiln_ctx_state_save); RESTORE loads
+ * such a file into the cache as the most recent entry (slot 0), evicting older entries for room; ERASE
+ * evicts slot k. Blocks until the engine thread has done it between two steps. KILN_E_NOT_FOUND when slot
+ * k holds nothing; KILN_E_UNSUPPORTED without a prefix cache; the state reader's named errors otherwise.
+ * Not from an event callback. */
+typedef enum ks_slot_action { KS_SLOT_SAVE = 0, KS_SLOT_RESTORE = 1, KS_SLOT_ERASE = 2 } ks_slot_action;
+typedef struct ks_slot_result {
+    int32_t n_tokens; /* tokens saved, restored or erased */
+    uint64_t bytes;   /* the file's size */
+    double ms;        /* time the engine spent on it */
+    char error[512];  /* the failure's message */
+} ks_slot_result;
+kiln_status ks_engine_slot(ks_engine *e, ks_slot_action action, int32_t slot, const char *path,
+                           ks_slot_result *out);
+
 /* Stop accepting (submit then fails with KILN_E_UNSUPPORTED "shutting down"); wait up to grace_ms for
  * the requests already submitted (queued ones too) to finish, then cancel the rest with KS_EVENT_ERROR
  * "server shutting down" and return once they have had it. Not from an event callback. */

@@ -64,6 +64,16 @@ typedef struct ks_req {
     char error[256]; /* why the request failed, for its KS_EVENT_ERROR */
 } ks_req;
 
+/* A slot action handed to the engine thread (slots.c), under mu until done. */
+typedef struct ks_slot_op {
+    ks_slot_action action;
+    int32_t slot;
+    const char *path;
+    kiln_status status;
+    ks_slot_result result;
+    bool done;
+} ks_slot_op;
+
 struct ks_engine {
     kiln_model *model;
     kiln_ctx *ctx;
@@ -84,6 +94,8 @@ struct ks_engine {
     bool accepting, stopping;
     ks_handle next_handle;
     ks_metrics metrics;
+    ks_slot_op *slot_op;    /* the slot action waiting for the engine thread, or NULL */
+    pthread_cond_t slot_cv; /* slot actions wait here for their turn and their end */
 
     /* Engine thread. */
     ks_req *active[KILN_SEQ_MAX]; /* admitted requests, in admission order */
@@ -121,6 +133,9 @@ void ks__engine_emit(void *req, const ks_event *ev);
 void ks__engine_end_request(ks_engine *e, ks_req *r);
 /* Send DONE to a request whose work is all done, and retire it. */
 void ks__engine_complete_request(ks_engine *e, ks_req *r);
+
+/* Run a slot action on the engine thread, between steps (slots.c). */
+void ks__engine_run_slot_op(ks_engine *e, ks_slot_op *op);
 
 /* Hand a sequence id back to the free pool after its cells were forgotten (step.c). */
 void ks__engine_release_seq(void *engine, int32_t seq);

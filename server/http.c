@@ -28,6 +28,7 @@ typedef enum route_id {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_EMBEDDINGS,
+    R_SLOTS,
 } route_id;
 
 typedef struct route {
@@ -54,6 +55,7 @@ static const route routes[] = {
     {"/detokenize", R_DETOKENIZE, true, false, false, false},
     {"/v1/embeddings", R_EMBEDDINGS, true, false, false, false},
     {"/embeddings", R_EMBEDDINGS, true, false, false, false},
+    {"/slots/", R_SLOTS, true, true, false, false},
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 
@@ -230,6 +232,7 @@ static MHD_Result dispatch(ks_http *h, http_req *r, const char *url) {
     case R_CHAT:
     case R_COMPLETIONS:
     case R_EMBEDDINGS: return ks_http_completion(r, api_kind(r->route));
+    case R_SLOTS: return ks_http_slots(h, r, url);
     }
     return MHD_NO;
 }

@@ -82,6 +82,9 @@ typedef struct http_req {
     bool watching;
 } http_req;
 
+/* http_slots.c: POST /slots/{id}?action=save|restore|erase */
+MHD_Result ks_http_slots(ks_http *h, http_req *r, const char *url);
+
 /* http.c */
 MHD_Result ks_http_respond(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
                            const char *h1, const char *v1);

@@ -19,6 +19,7 @@ typedef struct ks_server_params {
     int32_t grace_ms;          /* SIGTERM grace period; default 10000 */
     const char *devices;       /* kiln_model_params.devices */
     bool verbose;
+    const char *slot_save_path; /* folder of /slots/{id}?action=save|restore files; NULL: those are 501 */
     ks_engine_params engine;
 } ks_server_params;
 

@@ -553,6 +553,63 @@ static void a_cached_prefix_is_reused_and_gives_what_a_fresh_engine_gives(void) 
     collector_free(again);
 }
 
+/* llama-server's slot save/restore: the last request's cached prompt, saved to a file, restored into a
+ * new engine (a restart), is reused by the same prompt, which then gives exactly the text it gave. */
+static void a_saved_slot_restored_into_a_new_engine_is_reused_and_gives_the_same_text(void) {
+    int32_t p1[64];
+    int32_t n1 = tokenize("Once upon a time, there was a little girl named Lily.", p1, 64);
+    char path[512], bad[512];
+    ks_slot_result res;
+    ks_engine *before = engine_with(2, 512, 16, 4), *after = engine_with(2, 512, 16, 4), *none = engine_with(1, 64, 16, 0);
+    collector *first = collector_new(before), *again = collector_new(after);
+    ks_request r1 = greedy_request(p1, n1, 12);
+    ks_metrics m;
+    snprintf(path, sizeof path, "%s/slot0.kvs", KILN_TEST_TMP);
+    snprintf(bad, sizeof bad, "%s/slot0_bad.kvs", KILN_TEST_TMP);
+    CHECK_STATUS(ks_engine_slot(before, KS_SLOT_SAVE, 0, path, &res), KILN_E_NOT_FOUND);
+    CHECK_ERROR_MENTIONS("slot 0 holds no cached prompt");
+    CHECK_OK(ks_engine_submit(before, &r1, on_event, first, &first->handle));
+    CHECK(wait_end(first, WAIT_S));
+    CHECK_OK(ks_engine_slot(before, KS_SLOT_SAVE, 0, path, &res));
+    CHECK_EQ_INT(res.n_tokens, n1 + 11); /* the prompt and every generated token but the last */
+    CHECK(res.bytes > 64);
+    CHECK_STATUS(ks_engine_slot(before, KS_SLOT_SAVE, 4, path, &res), KILN_E_INVALID_ARG);
+    CHECK_ERROR_MENTIONS("slot 4 is outside 0..3");
+    CHECK_OK(ks_engine_slot(before, KS_SLOT_ERASE, 0, NULL, &res));
+    CHECK_EQ_INT(res.n_tokens, n1 + 11);
+    ks_engine_metrics(before, &m);
+    CHECK_EQ_INT(m.prefix_cache_sequences, 0);
+    CHECK_STATUS(ks_engine_slot(none, KS_SLOT_SAVE, 0, path, &res), KILN_E_UNSUPPORTED);
+    /* A truncated copy is refused by name and leaves the cache empty. */
+    {
+        size_t size = 0;
+        char *bytes = harness_read_file(path, &size);
+        FILE *f = fopen(bad, "wb");
+        CHECK(bytes && f && fwrite(bytes, 1, size / 2, f) == size / 2);
+        if (f) fclose(f);
+        free(bytes);
+        CHECK_STATUS(ks_engine_slot(after, KS_SLOT_RESTORE, 0, bad, &res), KILN_E_FORMAT);
+        CHECK_ERROR_MENTIONS("KV state");
+        ks_engine_metrics(after, &m);
+        CHECK_EQ_INT(m.prefix_cache_sequences, 0);
+        CHECK_EQ_INT(m.kv_cells_used, 0);
+    }
+    CHECK_OK(ks_engine_slot(after, KS_SLOT_RESTORE, 0, path, &res));
+    CHECK_EQ_INT(res.n_tokens, n1 + 11);
+    ks_engine_metrics(after, &m);
+    CHECK_EQ_INT(m.prefix_cache_sequences, 1);
+    CHECK_OK(ks_engine_submit(after, &r1, on_event, again, &again->handle));
+    CHECK(wait_end(again, WAIT_S));
+    CHECK_EQ_INT(again->cached_tokens, n1 - 1);
+    again->text[0][again->len[0]] = first->text[0][first->len[0]] = '\0';
+    CHECK_STR(again->text[0], first->text[0]);
+    ks_engine_destroy(before);
+    ks_engine_destroy(after);
+    ks_engine_destroy(none);
+    collector_free(first);
+    collector_free(again);
+}
+
 static void penalties_subtract_presence_and_frequency_times_count_of_generated_tokens(void) {
     int32_t prompt[64], ref[64];
     int32_t n_prompt = tokenize("The cat sat", prompt, 64);
@@ -855,6 +912,7 @@ int main(void) {
     RUN(n_choices_at_temperature_0_are_identical_and_share_one_prefill);
     RUN(a_stop_string_split_across_tokens_is_never_emitted_and_cuts_the_text_exactly);
     RUN(a_cached_prefix_is_reused_and_gives_what_a_fresh_engine_gives);
+    RUN(a_saved_slot_restored_into_a_new_engine_is_reused_and_gives_the_same_text);
     RUN(penalties_subtract_presence_and_frequency_times_count_of_generated_tokens);
     RUN(logprobs_are_the_log_softmax_of_the_logits_with_sorted_alternatives);
     RUN(cancel_frees_the_cells_and_silences_the_callback_wherever_the_request_is);

@@ -23,7 +23,7 @@ from .errors import (
     RangeError,
     UnsupportedError,
 )
-from .llama import LLAMA_DEFAULT_SEED, Llama
+from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
 from .model import Batch, Context, Model, default_threads
 from .sampler import Sampler
 from .tokenizer import Detokenizer
@@ -44,6 +44,7 @@ __all__ = [
     "KilnIOError",
     "LLAMA_DEFAULT_SEED",
     "Llama",
+    "LlamaState",
     "Model",
     "NotFoundError",
     "OutOfMemoryError",

@@ -186,6 +186,13 @@ _PROTOTYPES = {
     "kiln_kv_seq_keep": (c_status, [ctx_p, c_int32]),
     "kiln_kv_seq_pos_max": (c_int32, [ctx_p, c_int32]),
     "kiln_kv_n_used": (c_int32, [ctx_p]),
+    # KV state of one sequence
+    "kiln_ctx_state_size": (c_status, [ctx_p, c_int32, c_int32, POINTER(c_size_t)]),
+    "kiln_ctx_state_get": (c_status, [ctx_p, c_int32, POINTER(c_int32), c_int32, c_void_p, c_size_t]),
+    "kiln_ctx_state_set": (
+        c_status,
+        [ctx_p, c_int32, c_void_p, c_size_t, POINTER(c_int32), c_int32, POINTER(c_int32)],
+    ),
     # Batches
     "kiln_batch_init": (c_status, [c_int32, POINTER(kiln_batch)]),
     "kiln_batch_free": (None, [POINTER(kiln_batch)]),

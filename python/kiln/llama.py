@@ -37,6 +37,19 @@ _CHAT_FORMATS = {"chatml": "chatml", "llama-3": "llama3", "llama3": "llama3", "m
 _KV_TYPES = {0: "f32", 1: "f16", 8: "q8_0"}
 
 
+class LlamaState:
+    """A saved Llama state, with llama-cpp-python's fields."""
+
+    def __init__(self, input_ids: np.ndarray, scores: np.ndarray, n_tokens: int, llama_state: bytes,
+                 llama_state_size: int, seed: int) -> None:
+        self.input_ids = input_ids
+        self.scores = scores
+        self.n_tokens = n_tokens
+        self.llama_state = llama_state
+        self.llama_state_size = llama_state_size
+        self.seed = seed
+
+
 class Llama:
     """A model and one context, with llama-cpp-python's high-level API.
 
@@ -194,6 +207,27 @@ class Llama:
         """Forget the evaluated tokens (the KV cache)."""
         self.ctx.reset()
         self._cached = []
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    def save_state(self) -> "LlamaState":
+        """The evaluated tokens and their KV cache, as llama-cpp-python's save_state returns them
+        (``llama_state`` holds the bytes of a Kiln state file, kiln_ctx_state_save's format; ``scores``
+        is empty: Kiln keeps no per-token logits)."""
+        self._sync_cache()
+        data = self.ctx.state_get(0, self._cached)
+        return LlamaState(np.array(self._cached, dtype=np.intc), np.empty((0, self.n_vocab()), np.float32),
+                          len(self._cached), data, len(data), self._seed)
+
+    def load_state(self, state: "LlamaState") -> None:
+        """Restore what save_state saved: the next completion whose prompt starts with those tokens
+        continues from the restored cache exactly as the saved Llama would have. A state of another
+        model or cache type, or a corrupt one, raises a named KilnError and leaves the cache empty."""
+        self.ctx.reset()
+        self._cached = []
+        self._pending = None
+        self._cached = self.ctx.state_set(0, bytes(state.llama_state))
+        self._seed = state.seed
 
     # -- tokens ----------------------------------------------------------------------------------------
 

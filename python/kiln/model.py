@@ -478,3 +478,24 @@ class Context(Handle):
         """Cells in use by any sequence."""
         return int(lib.kiln_kv_n_used(self.handle))
 
+    # -- KV state --------------------------------------------------------------------------------------
+
+    def state_get(self, seq: int, tokens: Sequence[int]) -> bytes:
+        """Sequence seq's KV state with its token history, as kiln_ctx_state_save writes it to a file."""
+        ids = _int32_array(tokens)
+        size = ctypes.c_size_t()
+        check(lib.kiln_ctx_state_size(self.handle, seq, len(ids), byref(size)), "state_get")
+        buf = ctypes.create_string_buffer(size.value)
+        check(lib.kiln_ctx_state_get(self.handle, seq, ids, len(ids), buf, size.value), "state_get")
+        return buf.raw
+
+    def state_set(self, seq: int, state: bytes) -> List[int]:
+        """Load a state from state_get (or a kiln_ctx_state_save file's bytes) into seq, replacing its
+        cells, and return its token history. A state of another model or cache type, or a corrupt one,
+        raises a named error and changes nothing."""
+        cap = self.n_ctx
+        ids = (c_int32 * cap)()
+        n = c_int32()
+        check(lib.kiln_ctx_state_set(self.handle, seq, state, len(state), ids, cap, byref(n)), "state_set")
+        return list(ids[: n.value])
+
