@@ -23,6 +23,7 @@ from .errors import (
     RangeError,
     UnsupportedError,
 )
+from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama
 from .model import Batch, Context, Model, default_threads
 from .sampler import Sampler
@@ -44,6 +45,7 @@ __all__ = [
     "KilnIOError",
     "LLAMA_DEFAULT_SEED",
     "Llama",
+    "LlamaGrammar",
     "Model",
     "NotFoundError",
     "OutOfMemoryError",
@@ -51,5 +53,6 @@ __all__ = [
     "Sampler",
     "UnsupportedError",
     "default_threads",
+    "json_schema_to_gbnf",
     "template_names",
 ]
