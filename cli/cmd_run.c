@@ -5,6 +5,7 @@
  * Diagnostics and the final timing line go to stderr.
  */
 #include "common.h"
+#include "grammar_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ static const char run_help[] =
     "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1.0)\n"
     "      --repeat-last-n N  history length for the repeat penalty (default 64)\n"
     "      --seed S           random seed (default: from the clock)\n"
+    CLI_GRAMMAR_HELP
     "      --passes LIST      graph passes: all, none, or e.g. cse,dce or -fuse_qkv (default all,\n"
     "                         or $KILN_PASSES)\n"
     "      --no-fuse          switch off every fusion pass\n"
@@ -59,6 +61,7 @@ typedef struct run_options {
     bool seed_given;
     bool no_fuse;
     kiln_type kv_type;
+    cli_grammar grammar;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -73,6 +76,7 @@ static int parse(int argc, char **argv, run_options *o) {
     o->seed_given = false;
     o->no_fuse = false;
     o->kv_type = KILN_TYPE_F32;
+    o->grammar = (cli_grammar){0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -91,7 +95,8 @@ static int parse(int argc, char **argv, run_options *o) {
         else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->engine.verbose = true;
         else if (!cli_arg_engine("run", argc, argv, &i, &o->engine, &ok) &&
-                 !cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
+                 !cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok) &&
+                 !cli_arg_grammar("run", argc, argv, &i, &o->grammar, &ok))
             return cli_usage_error("run", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
@@ -192,7 +197,7 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
         if (next == eos) break;
         if ((s = kiln_detok_push(g->detok, next, &piece))) return cli_fail("run", s, "detokenizing");
         write_piece(piece);
-        if (*n_gen == o->n_predict) break;
+        if (*n_gen == o->n_predict || cli_grammar_done(&o->grammar)) break;
         if (kiln_ctx_n_past(g->ctx) >= kiln_ctx_n_ctx(g->ctx)) {
             fprintf(stderr, "\nkiln run: context full (%d tokens); stopping\n", kiln_ctx_n_ctx(g->ctx));
             break;
@@ -230,6 +235,7 @@ int cmd_run(int argc, char **argv) {
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
     if (!rc && (s = kiln_sampler_create(kiln_model_n_vocab(g.model), &o.sampling, &g.sampler)))
         rc = cli_fail("run", s, "creating the sampler");
+    if (!rc) rc = cli_grammar_setup("run", &o.grammar, g.model, g.sampler);
     if (!rc) rc = tokenize_prompt(&g, o.prompt);
     if (!rc && (int64_t)g.n_prompt > kiln_ctx_n_ctx(g.ctx))
         rc = cli_usage_error("run", "the prompt has %zu tokens but the context holds %d", g.n_prompt,
@@ -246,6 +252,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (!rc && o.engine.verbose) print_device_memory(g.model);
     generation_free(&g);
+    cli_grammar_free(&o.grammar);
     free(o.prompt_buf);
     return rc;
 }
