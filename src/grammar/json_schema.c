@@ -63,7 +63,7 @@ static const char PRIMITIVES[] =
     "json-object ::= \"{\" ws (json-member (\",\" ws json-member)*)? \"}\"\n"
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\"\n"
     "fmt-date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])\n"
-    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
+    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") (\".\" [0-9]{1,6})? "
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "fmt-uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n"
     "json-date ::= \"\\\"\" fmt-date \"\\\"\"\n"
@@ -153,7 +153,9 @@ static bool put_json(conv *c, kg_buf *b, const kg_json *v, int depth) {
         put(c, b, "\"", 1);
         for (size_t i = 0; i < v->len; i++) {
             unsigned char ch = (unsigned char)v->text[i];
+            static const char short_escape[] = "btnvfr"; /* \b \t \n (\v has none) \f \r */
             if (ch == '"' || ch == '\\') putf(c, b, "\\%c", ch);
+            else if (ch >= 8 && ch <= 13 && ch != 11) putf(c, b, "\\%c", short_escape[ch - 8]);
             else if (ch < 0x20) putf(c, b, "\\u%04x", ch);
             else put(c, b, (const char *)&ch, 1);
         }
