@@ -94,8 +94,9 @@ void kiln__kg_work_free(kg_work *w);
 kiln_status kiln__kg_initial(kg_work *w, kg_set *out);
 /* Build the set after matching cp from `in` at the arena's end (count 0: cp does not continue it). */
 kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *out);
-/* Whether some stack of s can match some code point in [lo, hi]. */
+/* Whether some stack of s (or of the records recs[0..len)) can match some code point in [lo, hi]. */
 bool kiln__kg_can_match_range(const kg_work *w, const kg_set *s, uint32_t lo, uint32_t hi);
+bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo, uint32_t hi);
 /* An order-independent hash of the set's stacks, and set equality. */
 uint64_t kiln__kg_hash(const kg_work *w, const kg_set *s);
 bool kiln__kg_equal(const kg_work *w, const kg_set *a, const uint32_t *b_data, size_t b_len, uint32_t b_count);

@@ -9,9 +9,12 @@
  * character can still become. The end tokens (EOS, end of turn) are allowed exactly when the text so far
  * is a complete sentence of the grammar. Masks are cached by state (the set of stacks and the partial
  * character): a grammar that loops (inside a JSON string, a list of items) meets the same state again
- * and pays for the walk once. Memory grows while the largest state grows, then is reused.
+ * and pays for the walk once. Below that, every move a walk makes (set of stacks, code point) is
+ * remembered (dfa.h), so the walk from a state next to one seen before (the next position of a bounded
+ * string) costs a table look-up per trie node. Memory grows while the largest state grows, then is
+ * reused (the memo within its bounds).
  */
-#include "grammar/grammar.h"
+#include "grammar/dfa.h"
 
 #include <string.h>
 
@@ -38,6 +41,7 @@ struct kiln_grammar_matcher {
     uint32_t *bits;
     mask_entry cache[CACHE_ENTRIES];
     uint64_t clock;
+    kg_dfa dfa;
     kiln_grammar_stats stats;
 };
 
@@ -80,6 +84,7 @@ void kiln_grammar_matcher_destroy(kiln_grammar_matcher *m) {
         kiln__dealloc(m->cache[i].bits);
     }
     kiln__dealloc(m->bits);
+    kiln__kg_dfa_free(&m->dfa);
     kiln__kg_work_free(&m->w);
     kiln__dealloc(m);
 }
@@ -184,6 +189,12 @@ kiln_status kiln_grammar_matcher_accept(kiln_grammar_matcher *m, int32_t token) 
     return st == KILN_OK ? st : kiln__error_prefix(st, "token %d: ", token);
 }
 
+static void mark_tokens(kiln_grammar_matcher *m, uint32_t node) {
+    const kiln_grammar_vocab *v = m->v;
+    for (uint32_t k = v->tok_start[node]; k < v->tok_start[node + 1]; k++)
+        m->bits[v->toks[k] >> 5] |= 1u << (v->toks[k] & 31);
+}
+
 /* Mark the tokens below trie node `node` whose bytes continue the set s (after partial character u). */
 static void walk(kiln_grammar_matcher *m, uint32_t node, const kg_set *s, kg_utf8 u) {
     const kiln_grammar_vocab *v = m->v;
@@ -206,9 +217,72 @@ static void walk(kiln_grammar_matcher *m, uint32_t node, const kg_set *s, kg_utf
             kiln__kg_utf8_range(&u2, &lo, &hi);
             if (!kiln__kg_can_match_range(&m->w, s, lo, hi)) continue;
         }
-        for (uint32_t k = v->tok_start[c]; k < v->tok_start[c + 1]; k++)
-            m->bits[v->toks[k] >> 5] |= 1u << (v->toks[k] & 31);
+        mark_tokens(m, c);
         if (c + 1 < v->end[c]) walk(m, c, &next, u2);
+        m->w.len = mark;
+    }
+}
+
+/* The move from interned set id by cp: 1 with *next an id, 0 when it leaves the grammar, 2 when the memo
+ * is full and *plain holds the next set in the arena (the caller truncates the arena after). */
+static int move(kiln_grammar_matcher *m, uint32_t id, uint32_t cp, uint32_t *next, kg_set *plain) {
+    if (kiln__kg_dfa_lookup(&m->dfa, id, cp, next)) return *next != KG_DFA_DEAD;
+    kg_work *w = &m->w;
+    const kg_dfa_set *e = &m->dfa.sets[id];
+    if (w->len + e->len > w->cap) {
+        size_t cap = w->cap;
+        while (cap < w->len + e->len)
+            cap *= 2;
+        uint32_t *a = kiln__realloc_array(w->arena, cap, sizeof *a);
+        if (!a) {
+            if (w->st == KILN_OK) w->st = kiln__nomem("the grammar matcher's parse stacks");
+            return 0;
+        }
+        w->arena = a, w->cap = cap;
+    }
+    kg_set from = {.start = w->len, .end = w->len + e->len, .count = e->count};
+    memcpy(w->arena + from.start, m->dfa.pool + e->off, e->len * sizeof *w->arena);
+    w->len = from.end;
+    kiln__kg_advance(w, &from, cp, plain);
+    m->stats.advances++;
+    if (w->st != KILN_OK) {
+        w->len = from.start;
+        return 0;
+    }
+    uint32_t n = plain->count == 0 ? KG_DFA_DEAD : kiln__kg_dfa_intern(&m->dfa, w, plain);
+    if (n == KG_DFA_FULL) return 2; /* the caller walks on from the arena set */
+    w->len = from.start;
+    kiln__kg_dfa_remember(&m->dfa, id, cp, n);
+    *next = n;
+    return n != KG_DFA_DEAD;
+}
+
+/* walk() over interned sets. */
+static void walk_memo(kiln_grammar_matcher *m, uint32_t node, uint32_t id, kg_utf8 u) {
+    const kiln_grammar_vocab *v = m->v;
+    for (uint32_t c = node + 1; c < v->end[node] && m->w.st == KILN_OK; c = v->end[c]) {
+        kg_utf8 u2 = u;
+        uint32_t cp, next = id;
+        int r = kiln__kg_utf8_step(&u2, v->byte[c], &cp);
+        if (r < 0) continue;
+        if (r == 0) {
+            uint32_t lo, hi;
+            const kg_dfa_set *e = &m->dfa.sets[id];
+            kiln__kg_utf8_range(&u2, &lo, &hi);
+            if (!kiln__kg_records_match_range(m->g, m->dfa.pool + e->off, e->len, lo, hi)) continue;
+        }
+        size_t mark = m->w.len;
+        kg_set plain;
+        int k = r == 1 ? move(m, id, cp, &next, &plain) : 1;
+        if (k == 0) {
+            m->w.len = mark;
+            continue;
+        }
+        mark_tokens(m, c);
+        if (c + 1 < v->end[c]) {
+            if (k == 1) walk_memo(m, c, next, u2);
+            else walk(m, c, &plain, u2);
+        }
         m->w.len = mark;
     }
 }
@@ -258,7 +332,10 @@ kiln_status kiln_grammar_matcher_mask(kiln_grammar_matcher *m, const uint32_t **
     }
     m->stats.cache_misses++;
     memset(m->bits, 0, m->words * sizeof *m->bits);
-    walk(m, 0, &m->cur, m->u);
+    kiln__kg_dfa_trim(&m->dfa);
+    uint32_t id = kiln__kg_dfa_intern(&m->dfa, &m->w, &m->cur);
+    if (id == KG_DFA_FULL) walk(m, 0, &m->cur, m->u);
+    else walk_memo(m, 0, id, m->u);
     m->w.len = m->cur.end;
     if (m->w.st != KILN_OK) {
         kiln_status st = m->w.st;

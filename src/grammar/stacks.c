@@ -262,12 +262,16 @@ kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *
     return w->st;
 }
 
-bool kiln__kg_can_match_range(const kg_work *w, const kg_set *s, uint32_t lo, uint32_t hi) {
-    for (size_t p = s->start; p < s->end; p += 1 + w->arena[p]) {
-        uint32_t n = w->arena[p];
-        if (n > 0 && kiln__grammar_match_range(w->g->elems, w->arena[p + n], lo, hi)) return true;
+bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo, uint32_t hi) {
+    for (size_t p = 0; p < len; p += 1 + recs[p]) {
+        uint32_t n = recs[p];
+        if (n > 0 && kiln__grammar_match_range(g->elems, recs[p + n], lo, hi)) return true;
     }
     return false;
+}
+
+bool kiln__kg_can_match_range(const kg_work *w, const kg_set *s, uint32_t lo, uint32_t hi) {
+    return kiln__kg_records_match_range(w->g, w->arena + s->start, s->end - s->start, lo, hi);
 }
 
 uint64_t kiln__kg_hash(const kg_work *w, const kg_set *s) {
