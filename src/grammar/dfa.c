@@ -26,7 +26,7 @@ void kiln__kg_dfa_trim(kg_dfa *d) {
 }
 
 static bool grow_set_slots(kg_dfa *d) {
-    uint32_t n = d->n_set_slots ? 2 * d->n_set_slots : 1024;
+    uint32_t n = d->n_set_slots ? 2 * d->n_set_slots : 64;
     uint32_t *slots = kiln__calloc(n, sizeof *slots);
     if (!slots) return false;
     for (uint32_t id = 0; id < d->n_sets; id++) {
@@ -52,13 +52,13 @@ uint32_t kiln__kg_dfa_intern(kg_dfa *d, const kg_work *w, const kg_set *s) {
     if (d->n_sets >= KG_DFA_MAX_SETS || d->pool_len + len > KG_DFA_MAX_POOL) return KG_DFA_FULL;
     if (2 * (d->n_sets + 1) > d->n_set_slots && !grow_set_slots(d)) return KG_DFA_FULL;
     if (d->n_sets == d->sets_cap) {
-        uint32_t cap = d->sets_cap ? 2 * d->sets_cap : 256;
+        uint32_t cap = d->sets_cap ? 2 * d->sets_cap : 32;
         kg_dfa_set *sets = kiln__realloc_array(d->sets, cap, sizeof *sets);
         if (!sets) return KG_DFA_FULL;
         d->sets = sets, d->sets_cap = cap;
     }
     if (d->pool_len + len > d->pool_cap) {
-        size_t cap = d->pool_cap ? d->pool_cap : 4096;
+        size_t cap = d->pool_cap ? d->pool_cap : 512;
         while (cap < d->pool_len + len)
             cap *= 2;
         uint32_t *pool = kiln__realloc_array(d->pool, cap, sizeof *pool);
@@ -95,7 +95,7 @@ int kiln__kg_dfa_lookup(const kg_dfa *d, uint32_t id, uint32_t cp, uint32_t *nex
 }
 
 static bool grow_moves(kg_dfa *d) {
-    uint32_t n = d->n_move_slots ? 2 * d->n_move_slots : 4096;
+    uint32_t n = d->n_move_slots ? 2 * d->n_move_slots : 256;
     uint64_t *keys = kiln__calloc(n, sizeof *keys);
     uint32_t *vals = kiln__alloc_array(n, sizeof *vals);
     if (!keys || !vals) {

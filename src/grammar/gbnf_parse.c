@@ -278,6 +278,7 @@ static bool parse_braces(parser *p, uint32_t *min, uint32_t *max) {
 /* Replace the last item, elements [start, n) of rule, by min copies and up to max - min more. */
 static bool repeat(parser *p, uint32_t rule, uint32_t start, uint32_t min, uint32_t max) {
     uint32_t n_item = p->rules[rule].n - start;
+    if (n_item == 0) return true; /* "" repeated is still nothing */
     kg_elem *item = kiln__alloc_array(n_item, sizeof *item);
     if (!item) return nomem(p);
     memcpy(item, p->rules[rule].e + start, n_item * sizeof *item);
