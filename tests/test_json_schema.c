@@ -119,6 +119,18 @@ static void any_of_refs_recursion_and_maps(void) {
     kiln_grammar_destroy(g);
 }
 
+static void long_property_names_stay_whole(void) {
+    char schema[2048], doc[2048], name[701];
+    memset(name, 'k', 700);
+    name[700] = 0;
+    snprintf(schema, sizeof schema, "{\"type\": \"object\", \"properties\": {\"%s\": {\"type\": \"integer\"}}, "
+             "\"required\": [\"%s\"]}", name, name);
+    snprintf(doc, sizeof doc, "{\"%s\": 7}", name);
+    kiln_grammar *g = compile(schema);
+    ACCEPTS(g, doc);
+    kiln_grammar_destroy(g);
+}
+
 static void refusal(const char *schema, kiln_status want, const char *fragment) {
     char *gbnf = NULL;
     kiln_status st = kiln_json_schema_to_gbnf(schema, strlen(schema), &gbnf, NULL);
@@ -197,6 +209,7 @@ int main(void) {
     RUN(arrays_count_their_items);
     RUN(string_formats_and_lengths);
     RUN(any_of_refs_recursion_and_maps);
+    RUN(long_property_names_stay_whole);
     RUN(refuses_what_it_cannot_enforce_by_name);
     RUN(every_allocation_failure_is_reported);
     return harness_finish();

@@ -104,13 +104,26 @@ static bool put(conv *c, kg_buf *b, const char *s, size_t n) {
 }
 
 static bool putf(conv *c, kg_buf *b, const char *fmt, ...) KILN__PRINTF(3, 4);
+/* Formatted text of any length (%s arguments may be long: rule bodies, property names). */
 static bool putf(conv *c, kg_buf *b, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    return n >= 0 && (size_t)n < sizeof tmp && put(c, b, tmp, (size_t)n);
+    if (n < 0) return fail(c, KILN_E_INTERNAL, "formatting the grammar failed");
+    if ((size_t)n < sizeof tmp) return put(c, b, tmp, (size_t)n);
+    char *big = kiln__alloc((size_t)n + 1);
+    if (!big) {
+        if (c->st == KILN_OK) c->st = kiln__nomem("the schema's grammar");
+        return false;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    bool ok = put(c, b, big, (size_t)n);
+    kiln__dealloc(big);
+    return ok;
 }
 
 /* Append "/seg" to the path (truncated when long); returns the old length to restore. */
@@ -463,6 +476,8 @@ kiln_status kiln_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf
     if (gen(&c, &root, "root", name, 0)) {
         putf(&c, &c.out, "root ::= %s\n", name);
         put(&c, &c.out, PRIMITIVES, sizeof PRIMITIVES - 1);
+    } else if (c.st == KILN_OK) {
+        c.st = kiln__error(KILN_E_INTERNAL, "schema: compiling failed without a reason (a bug in Kiln)");
     }
     kiln__json_free(&root);
     if (c.st != KILN_OK) {
