@@ -10,9 +10,12 @@
 #include <string.h>
 
 bool cli_arg_grammar(const char *cmd, int argc, char **argv, int *i, cli_grammar *g, bool *ok) {
-    if (!strcmp(argv[*i], "--grammar-file")) *ok = cli_arg_str(cmd, argc, argv, i, &g->file);
-    else if (!strcmp(argv[*i], "--json-schema")) *ok = cli_arg_str(cmd, argc, argv, i, &g->schema);
-    else return false;
+    if (!strcmp(argv[*i], "--grammar-file"))
+        *ok = cli_arg_str(cmd, argc, argv, i, &g->file);
+    else if (!strcmp(argv[*i], "--json-schema"))
+        *ok = cli_arg_str(cmd, argc, argv, i, &g->schema);
+    else
+        return false;
     if (*ok && g->file && g->schema) {
         cli_usage_error(cmd, "give --grammar-file or --json-schema, not both");
         *ok = false;
@@ -53,7 +56,9 @@ int cli_grammar_setup(const char *cmd, cli_grammar *g, const kiln_model *model, 
     return CLI_OK;
 }
 
-bool cli_grammar_done(const cli_grammar *g) { return g->matcher && kiln_grammar_matcher_is_done(g->matcher); }
+bool cli_grammar_done(const cli_grammar *g) {
+    return g->matcher && kiln_grammar_matcher_is_done(g->matcher);
+}
 
 void cli_grammar_free(cli_grammar *g) {
     kiln_grammar_matcher_destroy(g->matcher);

@@ -18,8 +18,8 @@ typedef struct cli_grammar {
     kiln_grammar_matcher *matcher;
 } cli_grammar;
 
-#define CLI_GRAMMAR_HELP                                                                                  \
-    "      --grammar-file F   constrain the output to the GBNF grammar in F (llama.cpp's format)\n"         \
+#define CLI_GRAMMAR_HELP                                                                                     \
+    "      --grammar-file F   constrain the output to the GBNF grammar in F (llama.cpp's format)\n"          \
     "      --json-schema S    constrain the output to JSON valid under the schema S (JSON text, or @FILE)\n"
 
 /* Consume argv[*i] (and its value) when it is one of the options above; *ok false after a usage error. */

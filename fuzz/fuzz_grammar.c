@@ -41,7 +41,8 @@ static void check_masks(kiln_grammar_matcher *m) {
             return;
         }
         int32_t n = kiln_grammar_vocab_n_tokens(gvocab), eos = kiln_vocab_eos(vocab), first = -1;
-        if (eos >= 0 && (bool)(bits[eos >> 5] >> (eos & 31) & 1u) != kiln_grammar_matcher_can_end(m)) __builtin_trap();
+        if (eos >= 0 && (bool)(bits[eos >> 5] >> (eos & 31) & 1u) != kiln_grammar_matcher_can_end(m))
+            __builtin_trap();
         for (int32_t t = 0; t < n && first < 0; t++)
             if (t != eos && (bits[t >> 5] >> (t & 31) & 1u)) first = t;
         if (first < 0) return;

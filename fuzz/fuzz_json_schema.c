@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!gbnf || strlen(gbnf) != len) __builtin_trap();
     kiln_grammar *g = NULL;
     st = kiln_grammar_parse(gbnf, len, &g);
-    if (st != KILN_OK && !(st == KILN_E_FORMAT && strstr(kiln_last_error(), "left-recursive"))) __builtin_trap();
+    if (st != KILN_OK && !(st == KILN_E_FORMAT && strstr(kiln_last_error(), "left-recursive")))
+        __builtin_trap();
     kiln_grammar_matcher *m = NULL;
     if (g && kiln_grammar_matcher_create(g, NULL, &m) == KILN_OK) {
         static const char *starts[] = {"{", "[", "\"", "1"};

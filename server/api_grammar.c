@@ -33,7 +33,9 @@ static bool from_schema(const json_t *schema, const char *param, ks_api_request 
     kiln_status st = kiln_json_schema_to_gbnf(text, strlen(text), &gbnf, &len);
     free(text);
     if (st == KILN_E_NOMEM) return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    if (st != KILN_OK) return ks_api_bad(err, param, "the JSON schema in '%s' cannot be enforced: %s", param, kiln_last_error());
+    if (st != KILN_OK)
+        return ks_api_bad(err, param, "the JSON schema in '%s' cannot be enforced: %s", param,
+                          kiln_last_error());
     r->grammar = strdup(gbnf);
     kiln_free(gbnf);
     if (!r->grammar) return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -62,13 +64,16 @@ static bool parse_response_format(const json_t *v, ks_api_request *r, ks_api_err
                           type);
     json_t *js = json_object_get(v, "json_schema");
     if (!json_is_object(js))
-        return ks_api_bad(err, "response_format", "response_format 'json_schema' needs a 'json_schema' object");
+        return ks_api_bad(err, "response_format",
+                          "response_format 'json_schema' needs a 'json_schema' object");
     json_t *strict = json_object_get(js, "strict");
     if (strict && !json_is_boolean(strict) && !json_is_null(strict))
         return ks_api_bad(err, "response_format", "response_format json_schema 'strict' must be a boolean");
     json_t *schema = json_object_get(js, "schema");
-    if (!schema || json_is_null(schema)) schema = json_loads(ANY_OBJECT, 0, NULL);
-    else json_incref(schema);
+    if (!schema || json_is_null(schema))
+        schema = json_loads(ANY_OBJECT, 0, NULL);
+    else
+        json_incref(schema);
     if (!schema) return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     bool ok = from_schema(schema, "response_format", r, err);
     json_decref(schema);
@@ -91,7 +96,8 @@ bool ks_api_parse_grammar(const json_t *root, ks_api_request *r, ks_api_error *e
     if (!json_is_string(g)) return ks_api_bad(err, "grammar", "'grammar' must be a string of GBNF rules");
     size_t len = json_string_length(g);
     if (len == 0) return true; /* llama-server: an empty grammar means none */
-    if (strlen(json_string_value(g)) != len) return ks_api_bad(err, "grammar", "'grammar' holds a NUL character");
+    if (strlen(json_string_value(g)) != len)
+        return ks_api_bad(err, "grammar", "'grammar' holds a NUL character");
     if (!(r->grammar = strdup(json_string_value(g))))
         return ks_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     return compile_check(r->grammar, len, "grammar", err);

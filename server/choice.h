@@ -2,7 +2,8 @@
  * choice.h - one choice of a request, from logits to events: presence and frequency penalties, the
  * sampler (seed + choice index), logprobs of the raw logits with the top alternatives and their text,
  * the streaming detokenizer, stop strings, a grammar that constrains the sampler, and the finish reasons
- * (EOS, the end-of-turn token or a grammar that allows nothing more: "stop"; max_tokens: "length"). The engine owns the KV sequence and the batch; a choice only decides tokens and
+ * (EOS, the end-of-turn token or a grammar that allows nothing more: "stop"; max_tokens: "length").
+ * The engine owns the KV sequence and the batch; a choice only decides tokens and
  * says what to emit.
  *
  * Logprobs travel with text: a token's logprob is reported in the TEXT event that carries the last of its

@@ -282,7 +282,8 @@ void ks__req_free(ks_req *r) {
 }
 
 /* A request with its own copies of the prompt and the stop strings; it owns grammar (freed on failure). */
-static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void *user, kiln_grammar *grammar) {
+static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void *user,
+                        kiln_grammar *grammar) {
     ks_req *r = calloc(1, sizeof *r);
     if (!r) {
         kiln_grammar_destroy(grammar);

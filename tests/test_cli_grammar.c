@@ -63,8 +63,10 @@ static void json_schema_inline_and_from_a_file(void) {
     CHECK_EQ_INT(r.code, 0);
     CHECK(!strcmp(r.out, "\"red\"") || !strcmp(r.out, "\"green\"") || !strcmp(r.out, "[1,null]"));
     char path[512], args[1024];
-    write_file("flag.json", "{\"type\": \"object\", \"properties\": {\"ok\": {\"const\": true}}, "
-                            "\"required\": [\"ok\"], \"additionalProperties\": false}", path, sizeof path);
+    write_file("flag.json",
+               "{\"type\": \"object\", \"properties\": {\"ok\": {\"const\": true}}, "
+               "\"required\": [\"ok\"], \"additionalProperties\": false}",
+               path, sizeof path);
     snprintf(args, sizeof args, "--temp 0 -n 60 --json-schema @'%s'", path);
     kiln(&r, args);
     CHECK_EQ_INT(r.code, 0);

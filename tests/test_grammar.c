@@ -78,11 +78,16 @@ static void matches_literals_classes_and_repetitions(void) {
     kiln_grammar_destroy(g);
 
     g = parse("root ::= \"a\"{3} \"b\"{0,2} \"c\"{2,} \"\\u00e9\\x41\\n\\\"\"");
-    CHECK(sentence(g, "aaacc\xC3\xA9" "A\n\""));
-    CHECK(sentence(g, "aaabbccccc\xC3\xA9" "A\n\""));
-    CHECK(!sentence(g, "aacc\xC3\xA9" "A\n\""));
-    CHECK(!sentence(g, "aaabbbcc\xC3\xA9" "A\n\""));
-    CHECK(!sentence(g, "aaac\xC3\xA9" "A\n\""));
+    CHECK(sentence(g, "aaacc\xC3\xA9"
+                      "A\n\""));
+    CHECK(sentence(g, "aaabbccccc\xC3\xA9"
+                      "A\n\""));
+    CHECK(!sentence(g, "aacc\xC3\xA9"
+                       "A\n\""));
+    CHECK(!sentence(g, "aaabbbcc\xC3\xA9"
+                       "A\n\""));
+    CHECK(!sentence(g, "aaac\xC3\xA9"
+                       "A\n\""));
     kiln_grammar_destroy(g);
 }
 
@@ -139,7 +144,8 @@ static void carries_partial_utf8_between_pieces(void) {
     CHECK_OK(kiln_grammar_matcher_accept_text(m, "\xC3", 1));
     CHECK(!kiln_grammar_matcher_can_end(m));
     CHECK_OK(kiln_grammar_matcher_accept_text(m, "\xA9\xE2", 2));
-    CHECK_STATUS(kiln_grammar_matcher_accept_text(m, "\x83", 1), KILN_E_INVALID_ARG); /* U+20C0.. out of range */
+    CHECK_STATUS(kiln_grammar_matcher_accept_text(m, "\x83", 1),
+                 KILN_E_INVALID_ARG); /* U+20C0.. out of range */
     CHECK_OK(kiln_grammar_matcher_accept_text(m, "\x82", 1));
     CHECK_STATUS(kiln_grammar_matcher_accept_text(m, "A", 1), KILN_E_INVALID_ARG); /* not a continuation */
     CHECK_ERROR_MENTIONS("not valid UTF-8");
@@ -187,7 +193,8 @@ static void check_mask_against_per_token(const kiln_grammar *g, const kiln_gramm
         bool expect = kiln_grammar_matcher_accept(ref, t) == KILN_OK;
         if (t == eos) CHECK(expect == kiln_grammar_matcher_can_end(m));
         if (in_mask != expect && mismatches++ < 5)
-            harness_fail(__FILE__, __LINE__, "state '%s' token %d: mask %d, accept %d", state_text, t, in_mask, expect);
+            harness_fail(__FILE__, __LINE__, "state '%s' token %d: mask %d, accept %d", state_text, t,
+                         in_mask, expect);
         allowed += in_mask;
     }
     CHECK(allowed > 0);

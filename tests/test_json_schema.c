@@ -26,22 +26,30 @@ static kiln_grammar *compile(const char *schema) {
 static bool valid(const kiln_grammar *g, const char *doc) {
     kiln_grammar_matcher *m = NULL;
     if (!g || kiln_grammar_matcher_create(g, NULL, &m) != KILN_OK) return false;
-    bool ok = kiln_grammar_matcher_accept_text(m, doc, strlen(doc)) == KILN_OK && kiln_grammar_matcher_can_end(m);
+    bool ok =
+        kiln_grammar_matcher_accept_text(m, doc, strlen(doc)) == KILN_OK && kiln_grammar_matcher_can_end(m);
     kiln_grammar_matcher_destroy(m);
     return ok;
 }
 
-#define ACCEPTS(g, doc) do { if (!valid(g, doc)) harness_fail(__FILE__, __LINE__, "refused %s", doc); } while (0)
-#define REFUSES(g, doc) do { if (valid(g, doc)) harness_fail(__FILE__, __LINE__, "accepted %s", doc); } while (0)
+#define ACCEPTS(g, doc)                                                                                      \
+    do {                                                                                                     \
+        if (!valid(g, doc)) harness_fail(__FILE__, __LINE__, "refused %s", doc);                             \
+    } while (0)
+#define REFUSES(g, doc)                                                                                      \
+    do {                                                                                                     \
+        if (valid(g, doc)) harness_fail(__FILE__, __LINE__, "accepted %s", doc);                             \
+    } while (0)
 
 static void objects_keep_required_and_drop_optional_properties(void) {
-    kiln_grammar *g = compile("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, "
-                              "\"b\": {\"type\": \"string\"}, \"c\": {\"type\": \"boolean\"}}, \"required\": [\"b\"]}");
+    kiln_grammar *g =
+        compile("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, "
+                "\"b\": {\"type\": \"string\"}, \"c\": {\"type\": \"boolean\"}}, \"required\": [\"b\"]}");
     ACCEPTS(g, "{\"b\": \"x\"}");
     ACCEPTS(g, "{\"a\": -12, \"b\": \"\\u00e9\\\"\", \"c\": false}");
     ACCEPTS(g, "{ \"a\" : 0 ,\n  \"b\" : \"\" }");
-    REFUSES(g, "{\"a\": 1}");             /* b is required */
-    REFUSES(g, "{\"b\": 1}");             /* b is a string */
+    REFUSES(g, "{\"a\": 1}");               /* b is required */
+    REFUSES(g, "{\"b\": 1}");               /* b is a string */
     REFUSES(g, "{\"b\": \"x\", \"d\": 1}"); /* nothing beyond the properties is generated */
     REFUSES(g, "{\"a\": 01, \"b\": \"x\"}");
     kiln_grammar_destroy(g);
@@ -73,7 +81,8 @@ static void enums_consts_and_type_lists(void) {
 }
 
 static void arrays_count_their_items(void) {
-    kiln_grammar *g = compile("{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 2, \"maxItems\": 3}");
+    kiln_grammar *g = compile(
+        "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 2, \"maxItems\": 3}");
     ACCEPTS(g, "[1, 2]");
     ACCEPTS(g, "[1,2,3]");
     REFUSES(g, "[1]");
@@ -88,21 +97,30 @@ static void arrays_count_their_items(void) {
 }
 
 static void string_formats_and_lengths(void) {
-    kiln_grammar *g = compile("{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", \"format\": "
-                              "\"date-time\"}, \"u\": {\"type\": \"string\", \"format\": \"uuid\"}, \"s\": {\"type\": "
-                              "\"string\", \"minLength\": 2, \"maxLength\": 3}}, \"required\": [\"t\", \"u\", \"s\"]}");
-    ACCEPTS(g, "{\"t\": \"2024-02-29T23:59:60Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": \"ab\"}");
-    ACCEPTS(g, "{\"t\": \"1999-12-31T00:00:00.123+05:30\", \"u\": \"00000000-0000-0000-0000-000000000000\", \"s\": \"\\u00e9\\u00e9\\u00e9\"}");
-    REFUSES(g, "{\"t\": \"2024-13-01T00:00:00Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": \"ab\"}");
-    REFUSES(g, "{\"t\": \"2024-01-01T00:00:00Z\", \"u\": \"123e4567e89b12d3a456426614174000\", \"s\": \"ab\"}");
-    REFUSES(g, "{\"t\": \"2024-01-01T00:00:00Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": \"abcd\"}");
+    kiln_grammar *g =
+        compile("{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", \"format\": "
+                "\"date-time\"}, \"u\": {\"type\": \"string\", \"format\": \"uuid\"}, \"s\": {\"type\": "
+                "\"string\", \"minLength\": 2, \"maxLength\": 3}}, \"required\": [\"t\", \"u\", \"s\"]}");
+    ACCEPTS(
+        g,
+        "{\"t\": \"2024-02-29T23:59:60Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": \"ab\"}");
+    ACCEPTS(g, "{\"t\": \"1999-12-31T00:00:00.123+05:30\", \"u\": \"00000000-0000-0000-0000-000000000000\", "
+               "\"s\": \"\\u00e9\\u00e9\\u00e9\"}");
+    REFUSES(
+        g,
+        "{\"t\": \"2024-13-01T00:00:00Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": \"ab\"}");
+    REFUSES(g,
+            "{\"t\": \"2024-01-01T00:00:00Z\", \"u\": \"123e4567e89b12d3a456426614174000\", \"s\": \"ab\"}");
+    REFUSES(g, "{\"t\": \"2024-01-01T00:00:00Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": "
+               "\"abcd\"}");
     kiln_grammar_destroy(g);
 }
 
 static void any_of_refs_recursion_and_maps(void) {
-    kiln_grammar *g = compile("{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": "
-                              "\"integer\"}, \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, "
-                              "\"required\": [\"v\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/node\"}, {\"type\": \"null\"}]}");
+    kiln_grammar *g =
+        compile("{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": "
+                "\"integer\"}, \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, "
+                "\"required\": [\"v\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/node\"}, {\"type\": \"null\"}]}");
     ACCEPTS(g, "null");
     ACCEPTS(g, "{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": [{\"v\": 4, \"kids\": []}]}]}");
     REFUSES(g, "{\"v\": 1, \"kids\": [{}]}");
@@ -123,8 +141,10 @@ static void long_property_names_stay_whole(void) {
     char schema[2048], doc[2048], name[701];
     memset(name, 'k', 700);
     name[700] = 0;
-    snprintf(schema, sizeof schema, "{\"type\": \"object\", \"properties\": {\"%s\": {\"type\": \"integer\"}}, "
-             "\"required\": [\"%s\"]}", name, name);
+    snprintf(schema, sizeof schema,
+             "{\"type\": \"object\", \"properties\": {\"%s\": {\"type\": \"integer\"}}, "
+             "\"required\": [\"%s\"]}",
+             name, name);
     snprintf(doc, sizeof doc, "{\"%s\": 7}", name);
     kiln_grammar *g = compile(schema);
     ACCEPTS(g, doc);
@@ -141,7 +161,9 @@ static void refusal(const char *schema, kiln_status want, const char *fragment) 
         kiln_free(gbnf);
         gbnf = NULL;
     }
-    if (st != want) harness_fail(__FILE__, __LINE__, "%s: %s, expected %s", schema, kiln_status_name(st), kiln_status_name(want));
+    if (st != want)
+        harness_fail(__FILE__, __LINE__, "%s: %s, expected %s", schema, kiln_status_name(st),
+                     kiln_status_name(want));
     CHECK(gbnf == NULL);
     CHECK_ERROR_MENTIONS(fragment);
 }
@@ -158,15 +180,19 @@ static void refuses_what_it_cannot_enforce_by_name(void) {
     refusal("{\"type\": \"array\", \"maxItems\": 100000}", KILN_E_UNSUPPORTED, "above the 1000");
     refusal("false", KILN_E_UNSUPPORTED, "matches nothing");
     refusal("{\"$ref\": \"#\"}", KILN_E_FORMAT, "left-recursive");
-    refusal("{\"type\": \"object\",\n \"properties\": [}", KILN_E_FORMAT, "not valid JSON at line 2, column 17");
+    refusal("{\"type\": \"object\",\n \"properties\": [}", KILN_E_FORMAT,
+            "not valid JSON at line 2, column 17");
     refusal("{\"a\": \"\\ud800\"}", KILN_E_FORMAT, "high surrogate");
-    refusal("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", KILN_E_FORMAT, "nested deeper");
+    refusal("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", KILN_E_FORMAT,
+            "nested deeper");
     refusal("{} x", KILN_E_FORMAT, "text after the value");
 }
 
 static const char SWEEP_SCHEMA[] =
-    "{\"$defs\": {\"p\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}}}, \"type\": \"object\", "
-    "\"properties\": {\"a\": {\"$ref\": \"#/$defs/p\"}, \"b\": {\"type\": \"array\", \"items\": {\"enum\": [\"u\", 2]}, "
+    "{\"$defs\": {\"p\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}}}, \"type\": "
+    "\"object\", "
+    "\"properties\": {\"a\": {\"$ref\": \"#/$defs/p\"}, \"b\": {\"type\": \"array\", \"items\": {\"enum\": "
+    "[\"u\", 2]}, "
     "\"maxItems\": 3}, \"c\": {\"type\": \"string\", \"format\": \"date\"}}, \"required\": [\"a\"]}";
 
 static kiln_status sweep_schema(void *user) {
@@ -185,7 +211,11 @@ static kiln_status sweep_parse(void *user) {
     if (st != KILN_OK) return st;
     kiln_grammar_matcher *m = NULL;
     st = kiln_grammar_matcher_create(*g, NULL, &m);
-    if (st == KILN_OK) st = kiln_grammar_matcher_accept_text(m, "a\xC3\xA9" "bc", 6);
+    if (st == KILN_OK)
+        st = kiln_grammar_matcher_accept_text(m,
+                                              "a\xC3\xA9"
+                                              "bc",
+                                              6);
     kiln_grammar_matcher_destroy(m);
     return st;
 }

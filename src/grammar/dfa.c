@@ -16,7 +16,8 @@ void kiln__kg_dfa_free(kg_dfa *d) {
 }
 
 void kiln__kg_dfa_trim(kg_dfa *d) {
-    if (2 * d->n_sets <= KG_DFA_MAX_SETS && 2 * d->pool_len <= KG_DFA_MAX_POOL && 2 * d->n_moves <= KG_DFA_MAX_MOVES)
+    if (2 * d->n_sets <= KG_DFA_MAX_SETS && 2 * d->pool_len <= KG_DFA_MAX_POOL &&
+        2 * d->n_moves <= KG_DFA_MAX_MOVES)
         return;
     d->pool_len = 0;
     d->n_sets = 0;
@@ -44,9 +45,11 @@ uint32_t kiln__kg_dfa_intern(kg_dfa *d, const kg_work *w, const kg_set *s) {
     uint64_t h = kiln__kg_hash(w, s);
     size_t len = s->end - s->start;
     if (d->n_set_slots) {
-        for (uint32_t i = (uint32_t)h & (d->n_set_slots - 1); d->set_slots[i]; i = (i + 1) & (d->n_set_slots - 1)) {
+        for (uint32_t i = (uint32_t)h & (d->n_set_slots - 1); d->set_slots[i];
+             i = (i + 1) & (d->n_set_slots - 1)) {
             const kg_dfa_set *e = &d->sets[d->set_slots[i] - 1];
-            if (e->hash == h && kiln__kg_equal(w, s, d->pool + e->off, e->len, e->count)) return d->set_slots[i] - 1;
+            if (e->hash == h && kiln__kg_equal(w, s, d->pool + e->off, e->len, e->count))
+                return d->set_slots[i] - 1;
         }
     }
     if (d->n_sets >= KG_DFA_MAX_SETS || d->pool_len + len > KG_DFA_MAX_POOL) return KG_DFA_FULL;
@@ -76,7 +79,9 @@ uint32_t kiln__kg_dfa_intern(kg_dfa *d, const kg_work *w, const kg_set *s) {
     return id;
 }
 
-static uint64_t move_key(uint32_t id, uint32_t cp) { return ((uint64_t)id << 21 | cp) + 1; }
+static uint64_t move_key(uint32_t id, uint32_t cp) {
+    return ((uint64_t)id << 21 | cp) + 1;
+}
 
 static uint32_t move_slot(uint64_t key, uint32_t n) {
     uint64_t h = key * 0x9E3779B97F4A7C15ull;

@@ -13,9 +13,9 @@
 
 #include "grammar/grammar.h"
 
-#define KG_DFA_DEAD UINT32_MAX     /* the move leaves the grammar */
-#define KG_DFA_MAX_SETS (1u << 17) /* interned sets */
-#define KG_DFA_MAX_POOL (1u << 22) /* uint32 words of interned stacks (16 MiB) */
+#define KG_DFA_DEAD UINT32_MAX      /* the move leaves the grammar */
+#define KG_DFA_MAX_SETS (1u << 17)  /* interned sets */
+#define KG_DFA_MAX_POOL (1u << 22)  /* uint32 words of interned stacks (16 MiB) */
 #define KG_DFA_MAX_MOVES (1u << 21) /* remembered moves */
 
 typedef struct kg_dfa_set {

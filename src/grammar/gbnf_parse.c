@@ -28,19 +28,21 @@ typedef struct kg_vec {
 typedef struct parser {
     const char *src;
     size_t len, pos;
-    kg_vec *rules;      /* (n_rules) bodies; a rule id indexes rules, names, defined, first_use */
-    char **names;       /* (n_rules) */
-    bool *defined;      /* (n_rules) */
-    size_t *first_use;  /* (n_rules) where the rule was first referenced or defined */
+    kg_vec *rules;     /* (n_rules) bodies; a rule id indexes rules, names, defined, first_use */
+    char **names;      /* (n_rules) */
+    bool *defined;     /* (n_rules) */
+    size_t *first_use; /* (n_rules) where the rule was first referenced or defined */
     uint32_t n_rules, cap_rules, n_elems;
-    kiln_status st;     /* the first failure; sticky */
+    kiln_status st; /* the first failure; sticky */
 } parser;
 
 static void where(const parser *p, size_t at, int *line, int *col) {
     *line = 1, *col = 1;
     for (size_t i = 0; i < at && i < p->len; i++) {
-        if (p->src[i] == '\n') (*line)++, *col = 1;
-        else (*col)++;
+        if (p->src[i] == '\n')
+            (*line)++, *col = 1;
+        else
+            (*col)++;
     }
 }
 
@@ -271,7 +273,8 @@ static bool parse_braces(parser *p, uint32_t *min, uint32_t *max) {
     }
     if (peek(p, 0) != '}') return fail_at(p, at, "expected '}' to close the repetition");
     p->pos++;
-    if (*max < *min) return fail_at(p, at, "repetition {%u,%u} has its maximum below its minimum", *min, *max);
+    if (*max < *min)
+        return fail_at(p, at, "repetition {%u,%u} has its maximum below its minimum", *min, *max);
     return true;
 }
 
@@ -288,7 +291,7 @@ static bool repeat(parser *p, uint32_t rule, uint32_t start, uint32_t min, uint3
     for (uint32_t i = 0; ok && i < min; i++)
         for (uint32_t j = 0; ok && j < n_item; j++)
             ok = push(p, rule, item[j].type, item[j].value);
-    uint32_t tail = UINT32_MAX; /* the rule for what may follow the required copies */
+    uint32_t tail = UINT32_MAX;    /* the rule for what may follow the required copies */
     if (ok && max == UINT32_MAX) { /* R ::= item R | */
         if ((tail = add_generated(p, rule)) == UINT32_MAX) ok = false;
         for (uint32_t j = 0; ok && j < n_item; j++)
@@ -328,10 +331,14 @@ static bool parse_sequence(parser *p, uint32_t rule, bool nested) {
         uint32_t here = p->rules[rule].n, min = 0, max = 0;
         if (c == '"' || c == '[' || c == '(' || c == '.' || is_word(c)) {
             bool ok;
-            if (c == '"') ok = parse_literal(p, rule);
-            else if (c == '[') ok = parse_class(p, rule);
-            else if (c == '(') ok = parse_group(p, rule);
-            else if (c == '.') p->pos++, ok = push(p, rule, KG_ANY, 0);
+            if (c == '"')
+                ok = parse_literal(p, rule);
+            else if (c == '[')
+                ok = parse_class(p, rule);
+            else if (c == '(')
+                ok = parse_group(p, rule);
+            else if (c == '.')
+                p->pos++, ok = push(p, rule, KG_ANY, 0);
             else {
                 size_t s = p->pos;
                 while (is_word(peek(p, 0)))
@@ -388,7 +395,8 @@ static bool parse_rule(parser *p) {
     if (!parse_alternates(p, id, false) || !push(p, id, KG_END, 0)) return false;
     int c = peek(p, 0);
     if (c >= 0 && c != '\n' && c != '\r')
-        return fail_at(p, p->pos, "unexpected '%c' in rule '%s'", c >= ' ' && c < 0x7F ? c : '?', p->names[id]);
+        return fail_at(p, p->pos, "unexpected '%c' in rule '%s'", c >= ' ' && c < 0x7F ? c : '?',
+                       p->names[id]);
     skip_space(p, true);
     return true;
 }
@@ -467,10 +475,11 @@ static bool check_left_recursion(parser *p) {
             }
             uint32_t next = edges[edge_at[depth - 1]++];
             if (color[next] == 1)
-                ok = fail_at(p, p->first_use[next],
-                             "rule '%s' is left-recursive (directly or through rules that can match "
-                             "nothing, such as x* where x can be empty); rewrite it to consume a character first",
-                             p->names[next]);
+                ok = fail_at(
+                    p, p->first_use[next],
+                    "rule '%s' is left-recursive (directly or through rules that can match "
+                    "nothing, such as x* where x can be empty); rewrite it to consume a character first",
+                    p->names[next]);
             else if (color[next] == 0)
                 stack[depth] = next, edge_at[depth++] = edge_start[next], color[next] = 1;
         }
@@ -524,7 +533,8 @@ kiln_status kiln_grammar_parse(const char *text, size_t len, kiln_grammar **out)
     *out = NULL;
     if (!text && len) return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_parse: text is NULL");
     if (len > KG_MAX_TEXT)
-        return kiln__error(KILN_E_FORMAT, "grammar: %zu bytes of text; at most %u are accepted", len, KG_MAX_TEXT);
+        return kiln__error(KILN_E_FORMAT, "grammar: %zu bytes of text; at most %u are accepted", len,
+                           KG_MAX_TEXT);
     parser p = {.src = text, .len = len, .st = KILN_OK};
     kiln_grammar *g = kiln__calloc(1, sizeof *g);
     if (!g) return kiln__nomem("the grammar");

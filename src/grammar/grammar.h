@@ -45,14 +45,16 @@ typedef struct kg_elem {
 } kg_elem;
 
 struct kiln_grammar {
-    kg_elem *elems;       /* (n_elems) every rule, one after another */
+    kg_elem *elems; /* (n_elems) every rule, one after another */
     uint32_t n_elems;
     uint32_t *rule_start; /* (n_rules) where each rule's first alternative begins */
     uint32_t n_rules;
-    uint32_t root;        /* the rule named "root" */
+    uint32_t root; /* the rule named "root" */
 };
 
-static inline bool kg_is_rule_end(uint32_t type) { return type == KG_END || type == KG_ALT; }
+static inline bool kg_is_rule_end(uint32_t type) {
+    return type == KG_END || type == KG_ALT;
+}
 static inline bool kg_is_char(uint32_t type) {
     return type == KG_CHAR || type == KG_CHAR_NOT || type == KG_ANY;
 }
@@ -80,7 +82,7 @@ typedef struct kg_work {
     const kiln_grammar *g;
     uint32_t *arena;
     size_t len, cap;
-    uint32_t *path; /* (KG_MAX_DEPTH) the stack being built */
+    uint32_t *path;                /* (KG_MAX_DEPTH) the stack being built */
     uint32_t *slot_off, *slot_gen; /* (n_slots) arena offsets of the set being built, by hash */
     uint32_t n_slots, gen;
     size_t building; /* where the set being built starts */
@@ -96,10 +98,12 @@ kiln_status kiln__kg_initial(kg_work *w, kg_set *out);
 kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *out);
 /* Whether some stack of s (or of the records recs[0..len)) can match some code point in [lo, hi]. */
 bool kiln__kg_can_match_range(const kg_work *w, const kg_set *s, uint32_t lo, uint32_t hi);
-bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo, uint32_t hi);
+bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo,
+                                  uint32_t hi);
 /* An order-independent hash of the set's stacks, and set equality. */
 uint64_t kiln__kg_hash(const kg_work *w, const kg_set *s);
-bool kiln__kg_equal(const kg_work *w, const kg_set *a, const uint32_t *b_data, size_t b_len, uint32_t b_count);
+bool kiln__kg_equal(const kg_work *w, const kg_set *a, const uint32_t *b_data, size_t b_len,
+                    uint32_t b_count);
 
 /* The vocabulary size of a matcher's masks (0 when it has no vocabulary). */
 int32_t kiln__grammar_matcher_n_vocab(const kiln_grammar_matcher *m);

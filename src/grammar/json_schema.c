@@ -63,7 +63,8 @@ static const char PRIMITIVES[] =
     "json-object ::= \"{\" ws (json-member (\",\" ws json-member)*)? \"}\"\n"
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\"\n"
     "fmt-date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])\n"
-    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") (\".\" [0-9]{1,6})? "
+    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") (\".\" "
+    "[0-9]{1,6})? "
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "fmt-uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n"
     "json-date ::= \"\\\"\" fmt-date \"\\\"\"\n"
@@ -89,7 +90,8 @@ static bool put(conv *c, kg_buf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->len + n + 1)
             cap *= 2;
-        if (cap > KG_MAX_TEXT + 1) return fail(c, KILN_E_UNSUPPORTED, "the grammar would exceed %u bytes", KG_MAX_TEXT);
+        if (cap > KG_MAX_TEXT + 1)
+            return fail(c, KILN_E_UNSUPPORTED, "the grammar would exceed %u bytes", KG_MAX_TEXT);
         char *s2 = kiln__realloc(b->s, cap);
         if (!s2) {
             c->st = kiln__nomem("the schema's grammar");
@@ -148,9 +150,12 @@ static bool put_literal(conv *c, kg_buf *b, const char *s, size_t n) {
     put(c, b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') putf(c, b, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7F) putf(c, b, "\\x%02X", ch);
-        else put(c, b, (const char *)&ch, 1);
+        if (ch == '"' || ch == '\\')
+            putf(c, b, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7F)
+            putf(c, b, "\\x%02X", ch);
+        else
+            put(c, b, (const char *)&ch, 1);
     }
     return put(c, b, "\"", 1);
 }
@@ -167,10 +172,14 @@ static bool put_json(conv *c, kg_buf *b, const kg_json *v, int depth) {
         for (size_t i = 0; i < v->len; i++) {
             unsigned char ch = (unsigned char)v->text[i];
             static const char short_escape[] = "btnvfr"; /* \b \t \n (\v has none) \f \r */
-            if (ch == '"' || ch == '\\') putf(c, b, "\\%c", ch);
-            else if (ch >= 8 && ch <= 13 && ch != 11) putf(c, b, "\\%c", short_escape[ch - 8]);
-            else if (ch < 0x20) putf(c, b, "\\u%04x", ch);
-            else put(c, b, (const char *)&ch, 1);
+            if (ch == '"' || ch == '\\')
+                putf(c, b, "\\%c", ch);
+            else if (ch >= 8 && ch <= 13 && ch != 11)
+                putf(c, b, "\\%c", short_escape[ch - 8]);
+            else if (ch < 0x20)
+                putf(c, b, "\\u%04x", ch);
+            else
+                put(c, b, (const char *)&ch, 1);
         }
         return put(c, b, "\"", 1);
     case KGJ_ARRAY:
@@ -207,10 +216,29 @@ static bool emit_rule(conv *c, const char *name, const kg_buf *body) {
 static bool gen(conv *c, const kg_json *s, const char *hint, char name[32], int depth);
 
 static const char *UNSUPPORTED[] = {
-    "pattern", "patternProperties", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not", "if", "then",
-    "else", "contains", "minContains", "maxContains", "prefixItems", "dependentRequired", "dependentSchemas",
-    "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "additionalItems", "dependencies",
+    "pattern",
+    "patternProperties",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "prefixItems",
+    "dependentRequired",
+    "dependentSchemas",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "additionalItems",
+    "dependencies",
 };
 
 static bool check_keywords(conv *c, const kg_json *s) {
@@ -231,7 +259,8 @@ static bool get_count(conv *c, const kg_json *s, const char *key, uint32_t def, 
     if (v->type != KGJ_NUMBER || v->number < 0 || v->number != floor(v->number))
         return fail(c, KILN_E_FORMAT, "'%s' must be a non-negative integer", key);
     if (v->number > KG_MAX_REPEAT)
-        return fail(c, KILN_E_UNSUPPORTED, "'%s' %g is above the %u Kiln can enforce", key, v->number, KG_MAX_REPEAT);
+        return fail(c, KILN_E_UNSUPPORTED, "'%s' %g is above the %u Kiln can enforce", key, v->number,
+                    KG_MAX_REPEAT);
     *out = (uint32_t)v->number;
     return true;
 }
@@ -251,12 +280,13 @@ static bool gen_string(conv *c, const kg_json *s, char name[32]) {
     }
     uint32_t lo, hi;
     if (!get_count(c, s, "minLength", 0, &lo) || !get_count(c, s, "maxLength", UINT32_MAX, &hi)) return false;
-    if (hi < lo) return fail(c, KILN_E_UNSUPPORTED, "maxLength %u is below minLength %u: nothing matches", hi, lo);
+    if (hi < lo)
+        return fail(c, KILN_E_UNSUPPORTED, "maxLength %u is below minLength %u: nothing matches", hi, lo);
     if (lo == 0 && hi == UINT32_MAX) return snprintf(name, 32, "json-string") > 0;
     kg_buf body = {0};
     new_name(c, "str", name);
-    bool ok = putf(c, &body, "\"\\\"\" json-char") && put_repeat(c, &body, lo, hi) && putf(c, &body, " \"\\\"\"") &&
-              emit_rule(c, name, &body);
+    bool ok = putf(c, &body, "\"\\\"\" json-char") && put_repeat(c, &body, lo, hi) &&
+              putf(c, &body, " \"\\\"\"") && emit_rule(c, name, &body);
     kiln__dealloc(body.s);
     return ok;
 }
@@ -268,7 +298,8 @@ static bool gen_number(conv *c, const kg_json *s, bool integer, char name[32]) {
     if (min->type == KGJ_NUMBER && min->number == 0)
         return snprintf(name, 32, integer ? "json-uint" : "json-unumber") > 0;
     if (min->type == KGJ_NUMBER && min->number == 1 && integer) return snprintf(name, 32, "json-posint") > 0;
-    return fail(c, KILN_E_UNSUPPORTED, "'minimum' other than 0 (or 1 for integers) cannot be enforced by Kiln's grammar");
+    return fail(c, KILN_E_UNSUPPORTED,
+                "'minimum' other than 0 (or 1 for integers) cannot be enforced by Kiln's grammar");
 }
 
 /* Properties in order, each optional one may be absent: rules after-i (a member came before, so a comma
@@ -279,9 +310,11 @@ static bool gen_properties(conv *c, const kg_json *s, const kg_json *props, char
     for (size_t i = 0; req && i < req->n; i++) {
         if (req->items[i].type != KGJ_STRING) return fail(c, KILN_E_FORMAT, "'required' must hold strings");
         if (!kiln__json_get(props, req->items[i].text))
-            return fail(c, KILN_E_UNSUPPORTED, "required property '%.60s' is not among 'properties'", req->items[i].text);
+            return fail(c, KILN_E_UNSUPPORTED, "required property '%.60s' is not among 'properties'",
+                        req->items[i].text);
     }
-    if (props->n > MAX_PROPERTIES) return fail(c, KILN_E_UNSUPPORTED, "more than %u properties", MAX_PROPERTIES);
+    if (props->n > MAX_PROPERTIES)
+        return fail(c, KILN_E_UNSUPPORTED, "more than %u properties", MAX_PROPERTIES);
     char after[32] = "\"\"", first[32] = "\"\"", value[32]; /* "" (nothing) after the last */
     bool ok = true;
     for (size_t k = props->n; ok && k-- > 0;) {
@@ -298,7 +331,8 @@ static bool gen_properties(conv *c, const kg_json *s, const kg_json *props, char
         new_name(c, props->keys[k], n_first);
         kg_json key = {.type = KGJ_STRING, .text = props->keys[k], .len = strlen(props->keys[k])};
         ok = ok && put_value_literal(c, &member, &key) && putf(c, &member, " ws \":\" ws %s ws", value);
-        ok = ok && putf(c, &b1, "\",\" ws %s %s", member.s, after) && (required || putf(c, &b1, " | %s", after));
+        ok = ok && putf(c, &b1, "\",\" ws %s %s", member.s, after) &&
+             (required || putf(c, &b1, " | %s", after));
         ok = ok && putf(c, &b2, "%s %s", member.s, after) && (required || putf(c, &b2, " | %s", first));
         ok = ok && emit_rule(c, n_after, &b1) && emit_rule(c, n_first, &b2);
         kiln__dealloc(member.s);
@@ -321,8 +355,9 @@ static bool gen_object(conv *c, const kg_json *s, char name[32], int depth) {
     const kg_json *req = kiln__json_get(s, "required");
     if (req && req->type == KGJ_ARRAY && req->n > 0)
         return fail(c, KILN_E_UNSUPPORTED, "'required' names properties that 'properties' does not define");
-    if (add && add->type == KGJ_BOOL && !add->boolean) return snprintf(name, 32, "obj-empty%u", c->n_rules++) > 0 &&
-        putf(c, &c->out, "%s ::= \"{\" ws \"}\"\n", name);
+    if (add && add->type == KGJ_BOOL && !add->boolean)
+        return snprintf(name, 32, "obj-empty%u", c->n_rules++) > 0 &&
+               putf(c, &c->out, "%s ::= \"{\" ws \"}\"\n", name);
     if (!add || add->type == KGJ_BOOL) return snprintf(name, 32, "json-object") > 0;
     char value[32];
     size_t old = path_push(c, "additionalProperties");
@@ -330,28 +365,34 @@ static bool gen_object(conv *c, const kg_json *s, char name[32], int depth) {
     c->path[old] = 0;
     kg_buf body = {0};
     new_name(c, "map", name);
-    ok = ok && putf(c, &body, "\"{\" ws (json-string ws \":\" ws %s ws (\",\" ws json-string ws \":\" ws %s ws)*)? \"}\"",
-                    value, value) && emit_rule(c, name, &body);
+    ok = ok &&
+         putf(c, &body,
+              "\"{\" ws (json-string ws \":\" ws %s ws (\",\" ws json-string ws \":\" ws %s ws)*)? \"}\"",
+              value, value) &&
+         emit_rule(c, name, &body);
     kiln__dealloc(body.s);
     return ok;
 }
 
 static bool gen_array(conv *c, const kg_json *s, char name[32], int depth) {
     const kg_json *items = kiln__json_get(s, "items");
-    if (items && items->type == KGJ_ARRAY) return fail(c, KILN_E_UNSUPPORTED, "'items' as an array (tuples) is not supported");
+    if (items && items->type == KGJ_ARRAY)
+        return fail(c, KILN_E_UNSUPPORTED, "'items' as an array (tuples) is not supported");
     uint32_t lo, hi;
     if (!get_count(c, s, "minItems", 0, &lo) || !get_count(c, s, "maxItems", UINT32_MAX, &hi)) return false;
-    if (hi < lo) return fail(c, KILN_E_UNSUPPORTED, "maxItems %u is below minItems %u: nothing matches", hi, lo);
+    if (hi < lo)
+        return fail(c, KILN_E_UNSUPPORTED, "maxItems %u is below minItems %u: nothing matches", hi, lo);
     char item[32] = "json-value";
     size_t old = path_push(c, "items");
     bool ok = !items || gen(c, items, "item", item, depth + 1);
     c->path[old] = 0;
     kg_buf body = {0};
     new_name(c, "arr", name);
-    if (ok && hi == 0) ok = put(c, &body, "\"[\" ws \"]\"", 10);
+    if (ok && hi == 0)
+        ok = put(c, &body, "\"[\" ws \"]\"", 10);
     else if (ok && lo == 0)
-        ok = putf(c, &body, "\"[\" ws (%s ws (\",\" ws %s ws)", item, item) && put_repeat(c, &body, 0, hi == UINT32_MAX ? hi : hi - 1) &&
-             put(c, &body, ")? \"]\"", 6);
+        ok = putf(c, &body, "\"[\" ws (%s ws (\",\" ws %s ws)", item, item) &&
+             put_repeat(c, &body, 0, hi == UINT32_MAX ? hi : hi - 1) && put(c, &body, ")? \"]\"", 6);
     else if (ok)
         ok = putf(c, &body, "\"[\" ws %s ws (\",\" ws %s ws)", item, item) &&
              put_repeat(c, &body, lo - 1, hi == UINT32_MAX ? hi : hi - 1) && put(c, &body, " \"]\"", 4);
@@ -372,8 +413,10 @@ static bool gen_typed(conv *c, const kg_json *s, const char *type, char name[32]
 }
 
 /* A rule of alternatives: each element of list compiled (schemas), or each value's literal (values). */
-static bool gen_alternatives(conv *c, const kg_json *list, const char *key, bool values, char name[32], int depth) {
-    if (list->type != KGJ_ARRAY || list->n == 0) return fail(c, KILN_E_FORMAT, "'%s' must be a non-empty array", key);
+static bool gen_alternatives(conv *c, const kg_json *list, const char *key, bool values, char name[32],
+                             int depth) {
+    if (list->type != KGJ_ARRAY || list->n == 0)
+        return fail(c, KILN_E_FORMAT, "'%s' must be a non-empty array", key);
     kg_buf body = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < list->n; i++) {
@@ -398,11 +441,15 @@ static bool gen_alternatives(conv *c, const kg_json *list, const char *key, bool
 static bool gen_ref(conv *c, const kg_json *ref, char name[32], int depth) {
     if (ref->type != KGJ_STRING) return fail(c, KILN_E_FORMAT, "'$ref' must be a string");
     const kg_json *target = NULL;
-    if (strcmp(ref->text, "#") == 0) target = c->root;
-    else if (strncmp(ref->text, "#/$defs/", 8) == 0) target = kiln__json_get(kiln__json_get(c->root, "$defs"), ref->text + 8);
+    if (strcmp(ref->text, "#") == 0)
+        target = c->root;
+    else if (strncmp(ref->text, "#/$defs/", 8) == 0)
+        target = kiln__json_get(kiln__json_get(c->root, "$defs"), ref->text + 8);
     else if (strncmp(ref->text, "#/definitions/", 14) == 0)
         target = kiln__json_get(kiln__json_get(c->root, "definitions"), ref->text + 14);
-    else return fail(c, KILN_E_UNSUPPORTED, "'$ref' '%.80s' is not local (#, #/$defs/..., #/definitions/...)", ref->text);
+    else
+        return fail(c, KILN_E_UNSUPPORTED, "'$ref' '%.80s' is not local (#, #/$defs/..., #/definitions/...)",
+                    ref->text);
     if (!target) return fail(c, KILN_E_FORMAT, "'$ref' '%.80s' names no definition", ref->text);
     for (uint32_t i = 0; i < c->n_refs; i++)
         if (c->ref_schema[i] == target) return snprintf(name, 32, "%s", c->ref_name[i]) > 0;
@@ -418,7 +465,8 @@ static bool gen_ref(conv *c, const kg_json *ref, char name[32], int depth) {
 
 static bool gen(conv *c, const kg_json *s, const char *hint, char name[32], int depth) {
     if (c->st != KILN_OK) return false;
-    if (depth > KG_JSON_MAX_DEPTH) return fail(c, KILN_E_UNSUPPORTED, "schemas nested deeper than %d", KG_JSON_MAX_DEPTH);
+    if (depth > KG_JSON_MAX_DEPTH)
+        return fail(c, KILN_E_UNSUPPORTED, "schemas nested deeper than %d", KG_JSON_MAX_DEPTH);
     if (s->type == KGJ_BOOL) {
         if (!s->boolean) return fail(c, KILN_E_UNSUPPORTED, "the schema false matches nothing");
         return snprintf(name, 32, "json-value") > 0;
@@ -439,24 +487,27 @@ static bool gen(conv *c, const kg_json *s, const char *hint, char name[32], int 
     if ((v = kiln__json_get(s, "oneOf"))) return gen_alternatives(c, v, "oneOf", false, name, depth);
     if ((v = kiln__json_get(s, "allOf"))) {
         if (v->type != KGJ_ARRAY || v->n != 1)
-            return fail(c, KILN_E_UNSUPPORTED, "'allOf' with other than one schema cannot be enforced by Kiln's grammar");
+            return fail(c, KILN_E_UNSUPPORTED,
+                        "'allOf' with other than one schema cannot be enforced by Kiln's grammar");
         return gen(c, &v->items[0], hint, name, depth + 1);
     }
     const kg_json *type = kiln__json_get(s, "type");
     if (!type) {
-        if (kiln__json_get(s, "properties") || kiln__json_get(s, "additionalProperties")) return gen_object(c, s, name, depth);
+        if (kiln__json_get(s, "properties") || kiln__json_get(s, "additionalProperties"))
+            return gen_object(c, s, name, depth);
         if (kiln__json_get(s, "items")) return gen_array(c, s, name, depth);
         return snprintf(name, 32, "json-value") > 0;
     }
     if (type->type == KGJ_STRING) return gen_typed(c, s, type->text, name, depth);
-    if (type->type != KGJ_ARRAY || type->n == 0) return fail(c, KILN_E_FORMAT, "'type' must be a string or a non-empty array");
+    if (type->type != KGJ_ARRAY || type->n == 0)
+        return fail(c, KILN_E_FORMAT, "'type' must be a string or a non-empty array");
     kg_buf body = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < type->n; i++) {
         char sub[32];
         if (type->items[i].type != KGJ_STRING) ok = fail(c, KILN_E_FORMAT, "'type' must hold strings");
-        ok = ok && gen_typed(c, s, type->items[i].text, sub, depth) && put(c, &body, i ? " | " : "", i ? 3 : 0) &&
-             put(c, &body, sub, strlen(sub));
+        ok = ok && gen_typed(c, s, type->items[i].text, sub, depth) &&
+             put(c, &body, i ? " | " : "", i ? 3 : 0) && put(c, &body, sub, strlen(sub));
     }
     new_name(c, hint, name);
     ok = ok && emit_rule(c, name, &body);
@@ -465,7 +516,8 @@ static bool gen(conv *c, const kg_json *s, const char *hint, char name[32], int 
 }
 
 kiln_status kiln_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t *gbnf_len) {
-    if (!gbnf || (!schema && len)) return kiln__error(KILN_E_INVALID_ARG, "kiln_json_schema_to_gbnf: NULL argument");
+    if (!gbnf || (!schema && len))
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_json_schema_to_gbnf: NULL argument");
     *gbnf = NULL;
     if (gbnf_len) *gbnf_len = 0;
     kg_json root;

@@ -18,14 +18,18 @@ static bool fail(reader *r, const char *what) {
     if (r->st != KILN_OK) return false;
     int line = 1, col = 1;
     for (size_t i = 0; i < r->pos && i < r->len; i++) {
-        if (r->s[i] == '\n') line++, col = 1;
-        else col++;
+        if (r->s[i] == '\n')
+            line++, col = 1;
+        else
+            col++;
     }
     r->st = kiln__error(KILN_E_FORMAT, "schema: not valid JSON at line %d, column %d: %s", line, col, what);
     return false;
 }
 
-static int peek(const reader *r) { return r->pos < r->len ? (unsigned char)r->s[r->pos] : -1; }
+static int peek(const reader *r) {
+    return r->pos < r->len ? (unsigned char)r->s[r->pos] : -1;
+}
 
 static void skip_ws(reader *r) {
     while (peek(r) == ' ' || peek(r) == '\t' || peek(r) == '\n' || peek(r) == '\r')
@@ -49,11 +53,13 @@ static bool grow(reader *r, char **buf, size_t *cap, size_t need) {
 static bool put_utf8(reader *r, char **buf, size_t *n, size_t *cap, uint32_t cp) {
     if (!grow(r, buf, cap, *n + 5)) return false;
     char *o = *buf + *n;
-    if (cp < 0x80) o[0] = (char)cp, *n += 1;
-    else if (cp < 0x800) o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), *n += 2;
+    if (cp < 0x80)
+        o[0] = (char)cp, *n += 1;
+    else if (cp < 0x800)
+        o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), *n += 2;
     else if (cp < 0x10000)
-        o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 0x3F)), o[2] = (char)(0x80 | (cp & 0x3F)),
-        *n += 3;
+        o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 0x3F)),
+        o[2] = (char)(0x80 | (cp & 0x3F)), *n += 3;
     else
         o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | (cp >> 12 & 0x3F)),
         o[2] = (char)(0x80 | (cp >> 6 & 0x3F)), o[3] = (char)(0x80 | (cp & 0x3F)), *n += 4;
@@ -63,8 +69,10 @@ static bool put_utf8(reader *r, char **buf, size_t *n, size_t *cap, uint32_t cp)
 static bool hex4(reader *r, uint32_t *out) {
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
-        int c = peek(r), h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                  : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int c = peek(r), h = c >= '0' && c <= '9'   ? c - '0'
+                             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                    : -1;
         if (h < 0) return fail(r, "\\u needs four hexadecimal digits");
         v = v << 4 | (uint32_t)h;
         r->pos++;
@@ -154,20 +162,25 @@ static bool parse_string(reader *r, char **out, size_t *out_len) {
 static bool parse_number(reader *r, kg_json *v) {
     size_t start = r->pos;
     if (peek(r) == '-') r->pos++;
-    if (peek(r) == '0') r->pos++;
+    if (peek(r) == '0')
+        r->pos++;
     else if (peek(r) >= '1' && peek(r) <= '9')
-        while (peek(r) >= '0' && peek(r) <= '9') r->pos++;
-    else return fail(r, "expected a value");
+        while (peek(r) >= '0' && peek(r) <= '9')
+            r->pos++;
+    else
+        return fail(r, "expected a value");
     if (peek(r) == '.') {
         r->pos++;
         if (!(peek(r) >= '0' && peek(r) <= '9')) return fail(r, "expected a digit after '.'");
-        while (peek(r) >= '0' && peek(r) <= '9') r->pos++;
+        while (peek(r) >= '0' && peek(r) <= '9')
+            r->pos++;
     }
     if (peek(r) == 'e' || peek(r) == 'E') {
         r->pos++;
         if (peek(r) == '+' || peek(r) == '-') r->pos++;
         if (!(peek(r) >= '0' && peek(r) <= '9')) return fail(r, "expected a digit in the exponent");
-        while (peek(r) >= '0' && peek(r) <= '9') r->pos++;
+        while (peek(r) >= '0' && peek(r) <= '9')
+            r->pos++;
     }
     v->type = KGJ_NUMBER;
     v->len = r->pos - start;
@@ -269,7 +282,8 @@ static bool parse_value(reader *r, kg_json *v, int depth) {
 kiln_status kiln__json_parse(const char *text, size_t len, kg_json *out) {
     memset(out, 0, sizeof *out);
     if (len > KG_JSON_MAX_BYTES)
-        return kiln__error(KILN_E_FORMAT, "schema: %zu bytes; at most %u are accepted", len, KG_JSON_MAX_BYTES);
+        return kiln__error(KILN_E_FORMAT, "schema: %zu bytes; at most %u are accepted", len,
+                           KG_JSON_MAX_BYTES);
     reader r = {.s = text, .len = len, .st = KILN_OK};
     if (parse_value(&r, out, 0)) {
         skip_ws(&r);

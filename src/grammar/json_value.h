@@ -18,7 +18,7 @@ typedef struct kg_json {
     kg_json_type type;
     bool boolean;
     double number;
-    char *text;            /* STRING: the decoded bytes; NUMBER: the source text (NUL-terminated) */
+    char *text; /* STRING: the decoded bytes; NUMBER: the source text (NUL-terminated) */
     size_t len;
     struct kg_json *items; /* ARRAY elements, OBJECT member values */
     char **keys;           /* OBJECT member names (NUL-terminated; may hold no NUL inside: refused) */

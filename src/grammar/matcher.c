@@ -129,8 +129,8 @@ static kiln_status advance_bytes(kiln_grammar_matcher *m, const uint8_t *bytes, 
                 w->st = KILN_OK;
                 return st;
             }
-            return kiln__error(KILN_E_INVALID_ARG, "grammar: character U+%04X at byte %zu is not allowed here",
-                               cp, i);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "grammar: character U+%04X at byte %zu is not allowed here", cp, i);
         }
         /* keep one working set just above the state */
         memmove(w->arena + base, w->arena + next.start, (next.end - next.start) * sizeof *w->arena);
@@ -144,7 +144,8 @@ static kiln_status advance_bytes(kiln_grammar_matcher *m, const uint8_t *bytes, 
         if (!kiln__kg_can_match_range(w, &s, lo, hi)) {
             w->len = base;
             *bad = n - 1;
-            return kiln__error(KILN_E_INVALID_ARG, "grammar: the character begun at the end is not allowed here");
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "grammar: the character begun at the end is not allowed here");
         }
     }
     memmove(w->arena, w->arena + s.start, (s.end - s.start) * sizeof *w->arena);
@@ -156,7 +157,8 @@ static kiln_status advance_bytes(kiln_grammar_matcher *m, const uint8_t *bytes, 
 }
 
 kiln_status kiln_grammar_matcher_accept_text(kiln_grammar_matcher *m, const char *text, size_t len) {
-    if (!m || (!text && len)) return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_matcher_accept_text: NULL argument");
+    if (!m || (!text && len))
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_matcher_accept_text: NULL argument");
     if (m->ended) return kiln__error(KILN_E_INVALID_ARG, "grammar: the text already ended");
     size_t bad = 0;
     kiln_status st = advance_bytes(m, (const uint8_t *)text, len, &bad);
@@ -170,19 +172,22 @@ static bool is_end_token(const kiln_grammar_vocab *v, int32_t token) {
 }
 
 kiln_status kiln_grammar_matcher_accept(kiln_grammar_matcher *m, int32_t token) {
-    if (!m || !m->v) return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_matcher_accept: no matcher or no vocabulary");
+    if (!m || !m->v)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_matcher_accept: no matcher or no vocabulary");
     const kiln_grammar_vocab *v = m->v;
     if (token < 0 || token >= v->n_vocab)
         return kiln__error(KILN_E_INVALID_ARG, "grammar: token %d is outside 0 .. %d", token, v->n_vocab - 1);
     if (m->ended) return kiln__error(KILN_E_INVALID_ARG, "grammar: token %d comes after the end", token);
     if (is_end_token(v, token)) {
         if (!kiln_grammar_matcher_can_end(m))
-            return kiln__error(KILN_E_INVALID_ARG, "grammar: end token %d before the grammar is complete", token);
+            return kiln__error(KILN_E_INVALID_ARG, "grammar: end token %d before the grammar is complete",
+                               token);
         m->ended = true;
         return KILN_OK;
     }
     if (!v->in_trie[token])
-        return kiln__error(KILN_E_INVALID_ARG, "grammar: token %d prints nothing or is a control token", token);
+        return kiln__error(KILN_E_INVALID_ARG, "grammar: token %d prints nothing or is a control token",
+                           token);
     size_t bad = 0;
     kiln_status st = advance_bytes(m, v->token_bytes + v->token_off[token],
                                    v->token_off[token + 1] - v->token_off[token], &bad);
@@ -280,8 +285,10 @@ static void walk_memo(kiln_grammar_matcher *m, uint32_t node, uint32_t id, kg_ut
         }
         mark_tokens(m, c);
         if (c + 1 < v->end[c]) {
-            if (k == 1) walk_memo(m, c, next, u2);
-            else walk(m, c, &plain, u2);
+            if (k == 1)
+                walk_memo(m, c, next, u2);
+            else
+                walk(m, c, &plain, u2);
         }
         m->w.len = mark;
     }
@@ -316,13 +323,15 @@ static void cache_store(kiln_grammar_matcher *m, uint64_t h) {
 
 kiln_status kiln_grammar_matcher_mask(kiln_grammar_matcher *m, const uint32_t **bits) {
     if (!m || !bits || !m->v)
-        return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_matcher_mask: no matcher, no vocabulary or bits is NULL");
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "kiln_grammar_matcher_mask: no matcher, no vocabulary or bits is NULL");
     *bits = m->bits;
     if (m->ended) {
         memset(m->bits, 0, m->words * sizeof *m->bits);
         return KILN_OK;
     }
-    uint64_t h = kiln__kg_hash(&m->w, &m->cur) ^ ((uint64_t)m->u.value << 8 | m->u.remaining) * 0x9E3779B97F4A7C15ull;
+    uint64_t h =
+        kiln__kg_hash(&m->w, &m->cur) ^ ((uint64_t)m->u.value << 8 | m->u.remaining) * 0x9E3779B97F4A7C15ull;
     mask_entry *e = cache_find(m, h);
     if (e) {
         memcpy(m->bits, e->bits, m->words * sizeof *m->bits);
@@ -334,8 +343,10 @@ kiln_status kiln_grammar_matcher_mask(kiln_grammar_matcher *m, const uint32_t **
     memset(m->bits, 0, m->words * sizeof *m->bits);
     kiln__kg_dfa_trim(&m->dfa);
     uint32_t id = kiln__kg_dfa_intern(&m->dfa, &m->w, &m->cur);
-    if (id == KG_DFA_FULL) walk(m, 0, &m->cur, m->u);
-    else walk_memo(m, 0, id, m->u);
+    if (id == KG_DFA_FULL)
+        walk(m, 0, &m->cur, m->u);
+    else
+        walk_memo(m, 0, id, m->u);
     m->w.len = m->cur.end;
     if (m->w.st != KILN_OK) {
         kiln_status st = m->w.st;
@@ -355,4 +366,6 @@ void kiln_grammar_matcher_stats(const kiln_grammar_matcher *m, kiln_grammar_stat
     if (m) *out = m->stats;
 }
 
-int32_t kiln__grammar_matcher_n_vocab(const kiln_grammar_matcher *m) { return m && m->v ? m->v->n_vocab : 0; }
+int32_t kiln__grammar_matcher_n_vocab(const kiln_grammar_matcher *m) {
+    return m && m->v ? m->v->n_vocab : 0;
+}

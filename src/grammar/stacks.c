@@ -53,10 +53,14 @@ int kiln__kg_utf8_step(kg_utf8 *u, uint8_t b, uint32_t *cp) {
             *cp = b;
             return 1;
         }
-        if (b >= 0xC2 && b <= 0xDF) *u = (kg_utf8){b & 0x1Fu, 0x80, 1};
-        else if ((b & 0xF0) == 0xE0) *u = (kg_utf8){b & 0x0Fu, 0x800, 2};
-        else if (b >= 0xF0 && b <= 0xF4) *u = (kg_utf8){b & 0x07u, 0x10000, 3};
-        else return -1;
+        if (b >= 0xC2 && b <= 0xDF)
+            *u = (kg_utf8){b & 0x1Fu, 0x80, 1};
+        else if ((b & 0xF0) == 0xE0)
+            *u = (kg_utf8){b & 0x0Fu, 0x800, 2};
+        else if (b >= 0xF0 && b <= 0xF4)
+            *u = (kg_utf8){b & 0x07u, 0x10000, 3};
+        else
+            return -1;
         return 0;
     }
     if ((b & 0xC0) != 0x80) return -1;
@@ -173,7 +177,8 @@ static void add_stack(kg_work *w, uint32_t n) {
         return;
     }
     if (w->len - w->building > UINT32_MAX - 2 * KG_MAX_DEPTH || !grow_arena(w, w->len + 1 + n)) {
-        if (w->st == KILN_OK) w->st = kiln__error(KILN_E_UNSUPPORTED, "grammar: the parse stacks outgrew 4 GiB");
+        if (w->st == KILN_OK)
+            w->st = kiln__error(KILN_E_UNSUPPORTED, "grammar: the parse stacks outgrew 4 GiB");
         return;
     }
     w->slot_gen[i] = w->gen, w->slot_off[i] = (uint32_t)w->len;
@@ -186,7 +191,8 @@ static void add_stack(kg_work *w, uint32_t n) {
 static bool push_path(kg_work *w, uint32_t at, uint32_t pos, uint32_t *saved) {
     if (at >= KG_MAX_DEPTH) {
         if (w->st == KILN_OK)
-            w->st = kiln__error(KILN_E_UNSUPPORTED, "grammar: a parse stack deeper than %u rules", KG_MAX_DEPTH);
+            w->st =
+                kiln__error(KILN_E_UNSUPPORTED, "grammar: a parse stack deeper than %u rules", KG_MAX_DEPTH);
         return false;
     }
     *saved = w->path[at];
@@ -262,7 +268,8 @@ kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *
     return w->st;
 }
 
-bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo, uint32_t hi) {
+bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo,
+                                  uint32_t hi) {
     for (size_t p = 0; p < len; p += 1 + recs[p]) {
         uint32_t n = recs[p];
         if (n > 0 && kiln__grammar_match_range(g->elems, recs[p + n], lo, hi)) return true;

@@ -41,7 +41,8 @@ static kiln_status collect_bytes(kiln_grammar_vocab *v, const kiln_vocab *vocab)
     v->token_off = kiln__alloc_array((size_t)v->n_vocab + 1, sizeof *v->token_off);
     v->in_trie = kiln__calloc((size_t)v->n_vocab, sizeof *v->in_trie);
     if (!v->token_bytes || !v->token_off || !v->in_trie) return kiln__nomem("the grammar vocabulary");
-    if (total > UINT32_MAX) return kiln__error(KILN_E_UNSUPPORTED, "grammar vocabulary: tokens hold %zu bytes", total);
+    if (total > UINT32_MAX)
+        return kiln__error(KILN_E_UNSUPPORTED, "grammar vocabulary: tokens hold %zu bytes", total);
     size_t at = 0;
     for (int32_t t = 0; t < v->n_vocab; t++) {
         kiln__piece pc;
@@ -139,8 +140,9 @@ kiln_status kiln_grammar_vocab_create(const kiln_vocab *vocab, const int32_t *en
     int32_t n_vocab = kiln_vocab_n_tokens(vocab);
     for (int32_t i = 0; i < n_end; i++)
         if (end_tokens[i] < 0 || end_tokens[i] >= n_vocab)
-            return kiln__error(KILN_E_INVALID_ARG, "kiln_grammar_vocab_create: end token %d is outside 0 .. %d",
-                               end_tokens[i], n_vocab - 1);
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "kiln_grammar_vocab_create: end token %d is outside 0 .. %d", end_tokens[i],
+                               n_vocab - 1);
     kiln_grammar_vocab *v = kiln__calloc(1, sizeof *v);
     if (!v) return kiln__nomem("the grammar vocabulary");
     v->n_vocab = n_vocab;
@@ -148,7 +150,8 @@ kiln_status kiln_grammar_vocab_create(const kiln_vocab *vocab, const int32_t *en
     v->end_tokens = kiln__alloc_array((size_t)n_end + 1, sizeof *v->end_tokens);
     int32_t *sorted = kiln__alloc_array((size_t)n_vocab, sizeof *sorted);
     int32_t *tmp = kiln__alloc_array((size_t)n_vocab, sizeof *tmp);
-    kiln_status st = v->end_tokens && sorted && tmp ? collect_bytes(v, vocab) : kiln__nomem("the grammar vocabulary");
+    kiln_status st =
+        v->end_tokens && sorted && tmp ? collect_bytes(v, vocab) : kiln__nomem("the grammar vocabulary");
     if (st == KILN_OK) {
         if (end_tokens) memcpy(v->end_tokens, end_tokens, (size_t)n_end * sizeof *end_tokens);
         v->n_end = n_end;
@@ -169,4 +172,6 @@ kiln_status kiln_grammar_vocab_create(const kiln_vocab *vocab, const int32_t *en
     return KILN_OK;
 }
 
-int32_t kiln_grammar_vocab_n_tokens(const kiln_grammar_vocab *v) { return v ? v->n_vocab : 0; }
+int32_t kiln_grammar_vocab_n_tokens(const kiln_grammar_vocab *v) {
+    return v ? v->n_vocab : 0;
+}
