@@ -230,6 +230,65 @@ static void masks_equal_per_token_matching(void) {
     kiln_grammar_destroy(utf);
 }
 
+/* Whether token t may follow the tokens prev[0..n): the reference matcher ref, reset, accepts them all. */
+static bool allowed_after(kiln_grammar_matcher *ref, const int32_t *prev, int n, int32_t t) {
+    bool ok = kiln_grammar_matcher_reset(ref) == KILN_OK;
+    for (int i = 0; ok && i < n; i++)
+        ok = kiln_grammar_matcher_accept(ref, prev[i]) == KILN_OK;
+    return ok && kiln_grammar_matcher_accept(ref, t) == KILN_OK;
+}
+
+/* Greedy picks the highest logit among the allowed tokens; sampling at temperature 1 draws only allowed
+ * ones; and the sampler advances the matcher, so the text stays a prefix of a sentence to the end. */
+static void the_sampler_draws_only_what_the_grammar_allows(void) {
+    kiln_gguf *f = NULL;
+    kiln_vocab *vocab = NULL;
+    kiln_grammar_vocab *gv = NULL;
+    kiln_grammar *g;
+    free(read_grammar("json.gbnf", &g));
+    CHECK_OK(kiln_gguf_open(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"), &f));
+    CHECK_OK(kiln_vocab_create(f, &vocab));
+    CHECK_OK(kiln_grammar_vocab_create(vocab, NULL, 0, &gv));
+    int32_t n = kiln_vocab_n_tokens(vocab);
+    float *logits = malloc((size_t)n * sizeof *logits);
+    uint64_t x = 88172645463325252ull;
+    for (int greedy = 0; greedy < 2 && logits; greedy++) {
+        kiln_sampler_params p = kiln_sampler_params_default();
+        p.temperature = greedy ? 0.0f : 1.0f;
+        p.seed = 9;
+        kiln_sampler *s = NULL;
+        kiln_grammar_matcher *m = NULL, *ref = NULL;
+        CHECK_OK(kiln_sampler_create(n, &p, &s));
+        CHECK_OK(kiln_grammar_matcher_create(g, gv, &m));
+        CHECK_OK(kiln_grammar_matcher_create(g, gv, &ref));
+        CHECK_OK(kiln_sampler_set_grammar(s, m));
+        int32_t prev[24];
+        int steps = greedy ? 5 : 24; /* the greedy reference tries every token of the vocabulary */
+        for (int step = 0; step < steps && s && m && ref; step++) {
+            for (int32_t i = 0; i < n; i++) { /* xorshift logits in [-8, 8) */
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                logits[i] = (float)((x >> 40) % 16000) / 1000.0f - 8.0f;
+            }
+            int32_t t = -1, best = -1;
+            CHECK_OK(kiln_sampler_sample(s, logits, &t));
+            CHECK(t >= 0 && allowed_after(ref, prev, step, t));
+            for (int32_t c = 0; greedy && c < n; c++)
+                if ((best < 0 || logits[c] > logits[best]) && allowed_after(ref, prev, step, c)) best = c;
+            if (greedy) CHECK_EQ_INT(t, best);
+            prev[step] = t;
+            if (t == kiln_vocab_eos(vocab)) break;
+        }
+        kiln_grammar_matcher_destroy(m);
+        kiln_grammar_matcher_destroy(ref);
+        kiln_sampler_destroy(s);
+    }
+    free(logits);
+    kiln_grammar_vocab_destroy(gv);
+    kiln_vocab_destroy(vocab);
+    kiln_gguf_close(f);
+    kiln_grammar_destroy(g);
+}
+
 int main(void) {
     RUN(refuses_malformed_grammars_by_name);
     RUN(matches_literals_classes_and_repetitions);
@@ -238,5 +297,6 @@ int main(void) {
     RUN(carries_partial_utf8_between_pieces);
     RUN(refuses_runaway_ambiguity_by_name);
     RUN(masks_equal_per_token_matching);
+    RUN(the_sampler_draws_only_what_the_grammar_allows);
     return harness_finish();
 }
