@@ -114,6 +114,12 @@ static void string_formats_and_lengths(void) {
     REFUSES(g, "{\"t\": \"2024-01-01T00:00:00Z\", \"u\": \"123e4567-e89b-12d3-a456-426614174000\", \"s\": "
                "\"abcd\"}");
     kiln_grammar_destroy(g);
+    /* each character of a string is one code point, so lengths count as JSON Schema counts them: a
+     * \u escape of a surrogate half (two of which would make one code point) is not generated */
+    g = compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 2}");
+    ACCEPTS(g, "\"\\u00e9\\n\"");
+    REFUSES(g, "\"\\ud83d\\ude00\"");
+    kiln_grammar_destroy(g);
 }
 
 static void any_of_refs_recursion_and_maps(void) {

@@ -47,7 +47,8 @@ typedef struct conv {
 
 static const char PRIMITIVES[] =
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n"
-    "json-char ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "json-char ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" json-hex4)\n"
+    "json-hex4 ::= ([0-9a-cA-Ce-fE-F] [0-9a-fA-F] | [dD] [0-7]) [0-9a-fA-F]{2}\n"
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"
     "json-digits ::= \"0\" | [1-9] [0-9]{0,15}\n"
     "json-integer ::= \"-\"? json-digits\n"
