@@ -90,14 +90,14 @@ static kiln_status grammar_init(ks_choice *c, const ks_choice_params *p, ks_gen_
 }
 
 kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params *p,
-                            const kiln_sampler_params *sp, const ks_request *req, const ks_gen_scratch *s) {
+                            const kiln_sampler_params *sp, const ks_request *req, ks_gen_scratch *s) {
     memset(c, 0, sizeof *c);
     c->index = index;
     c->p = p;
     kiln_sampler_params mine = *sp;
     mine.seed = sp->seed + (uint64_t)index;
     kiln_status st = kiln_sampler_create(s->n_vocab, &mine, &c->sampler);
-    if (st == KILN_OK && p->grammar) st = grammar_init(c, p, (ks_gen_scratch *)s);
+    if (st == KILN_OK && p->grammar) st = grammar_init(c, p, s); /* may make the engine's token trie */
     if (st == KILN_OK) st = kiln_detok_create(s->vocab, p->strip_leading_space, &c->detok);
     if (st == KILN_OK) st = ks__stop_init(&c->stop, req->stop, req->n_stop);
     if (st == KILN_OK && !(c->generated = malloc((size_t)p->max_tokens * sizeof *c->generated)))

@@ -75,7 +75,7 @@ typedef struct ks_choice {
 } ks_choice;
 
 kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params *p,
-                            const kiln_sampler_params *sp, const ks_request *req, const ks_gen_scratch *s);
+                            const kiln_sampler_params *sp, const ks_request *req, ks_gen_scratch *s);
 void ks__choice_free(ks_choice *c);
 
 /* Where a choice's events go (the engine's emit, which drops them after a cancel). */
