@@ -7,6 +7,7 @@
  * Diagnostics and the final timing line go to stderr.
  */
 #include "common.h"
+#include "grammar_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ static const char run_help[] =
     "  -md, --model-draft F   speculative decoding with draft model F (same vocabulary), greedy only\n"
     "      --draft-max N      most guessed tokens per step (default 8)\n"
     "      --lookup-ngram N   longest n-gram prompt lookup matches (default 4)\n"
+    CLI_GRAMMAR_HELP
     "      --passes LIST      graph passes: all, none, or e.g. cse,dce or -fuse_qkv (default all,\n"
     "                         or $KILN_PASSES)\n"
     "      --no-fuse          switch off every fusion pass\n"
@@ -72,6 +74,7 @@ typedef struct run_options {
     bool lookup;             /* --lookup */
     const char *model_draft; /* --model-draft */
     long draft_max, lookup_ngram;
+    cli_grammar grammar;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -90,6 +93,7 @@ static int parse(int argc, char **argv, run_options *o) {
     o->model_draft = NULL;
     o->draft_max = 8;
     o->lookup_ngram = 4;
+    o->grammar = (cli_grammar){0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
@@ -113,7 +117,8 @@ static int parse(int argc, char **argv, run_options *o) {
         else if (!strcmp(a, "--kv-type")) ok = cli_arg_kv_type("run", argc, argv, &i, &o->kv_type);
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->engine.verbose = true;
         else if (!cli_arg_engine("run", argc, argv, &i, &o->engine, &ok) &&
-                 !cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok))
+                 !cli_arg_sampling("run", argc, argv, &i, &o->sampling, &o->seed_given, &ok) &&
+                 !cli_arg_grammar("run", argc, argv, &i, &o->grammar, &ok))
             return cli_usage_error("run", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
     }
@@ -121,6 +126,9 @@ static int parse(int argc, char **argv, run_options *o) {
     if (o->lookup && o->model_draft) return cli_usage_error("run", "give --lookup or --model-draft, not both");
     if ((o->lookup || o->model_draft) && (o->sampling.temperature > 0 || o->sampling.repeat_penalty != 1.0f))
         return cli_usage_error("run", "speculative decoding is greedy only: add --temp 0 (and no repeat penalty)");
+    if ((o->lookup || o->model_draft) && (o->grammar.file || o->grammar.schema))
+        return cli_usage_error("run", "speculative decoding does not take a grammar yet (a rejected guess would "
+                                      "need the grammar's state rolled back)");
     if (!o->model) o->model = cli_default_model();
     if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;
@@ -223,7 +231,7 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
         if (next == eos) break;
         if ((s = kiln_detok_push(g->detok, next, &piece))) return cli_fail("run", s, "detokenizing");
         write_piece(piece);
-        if (*n_gen == o->n_predict) break;
+        if (*n_gen == o->n_predict || cli_grammar_done(&o->grammar)) break;
         if (kiln_ctx_n_past(g->ctx) >= kiln_ctx_n_ctx(g->ctx)) {
             fprintf(stderr, "\nkiln run: context full (%d tokens); stopping\n", kiln_ctx_n_ctx(g->ctx));
             break;
@@ -324,6 +332,7 @@ int cmd_run(int argc, char **argv) {
     if ((s = kiln_ctx_create(g.model, &cp, &g.ctx))) rc = cli_fail("run", s, "creating the context");
     if (!rc && (s = kiln_sampler_create(kiln_model_n_vocab(g.model), &o.sampling, &g.sampler)))
         rc = cli_fail("run", s, "creating the sampler");
+    if (!rc) rc = cli_grammar_setup("run", &o.grammar, g.model, g.sampler);
     if (!rc) rc = tokenize_prompt(&g, o.prompt);
     if (!rc && (int64_t)g.n_prompt > kiln_ctx_n_ctx(g.ctx))
         rc = cli_usage_error("run", "the prompt has %zu tokens but the context holds %d", g.n_prompt,
@@ -348,6 +357,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (!rc && o.engine.verbose) print_device_memory(g.model);
     generation_free(&g);
+    cli_grammar_free(&o.grammar);
     free(o.prompt_buf);
     return rc;
 }

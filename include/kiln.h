@@ -441,6 +441,71 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
 void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
 
 /* ---------------------------------------------------------------------------------------------------
+ * Grammars: constrained decoding (see docs/grammar.md). A grammar in GBNF, llama.cpp's format (or
+ * compiled from a JSON Schema), restricts sampling to the tokens that keep the text a prefix of one of
+ * its sentences, and allows the end tokens (EOS, end of turn) only when the text is a whole sentence.
+ * A kiln_grammar and a kiln_grammar_vocab are immutable once made and may be shared across threads; a
+ * matcher is one sequence's state and is used by one thread at a time. Both borrowed objects must
+ * outlive the matchers made from them.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_grammar kiln_grammar;
+typedef struct kiln_grammar_vocab kiln_grammar_vocab;
+typedef struct kiln_grammar_matcher kiln_grammar_matcher;
+
+/* Compile GBNF text (len bytes; rules, alternation, grouping, * + ? {m,n}, classes, escapes, comments;
+ * matching starts at the rule `root`). KILN_E_FORMAT says what is wrong and where ("grammar: line 3,
+ * column 7: ..."): a syntax error, an undefined rule, no root, left recursion, a limit passed. */
+kiln_status kiln_grammar_parse(const char *text, size_t len, kiln_grammar **out);
+void kiln_grammar_destroy(kiln_grammar *grammar);
+
+/* Compile a JSON Schema (len bytes of JSON) to GBNF text whose sentences are the JSON documents that
+ * validate against it (the subset in docs/grammar.md: types, properties, required, enum, const, arrays
+ * with minItems/maxItems, nested objects, additionalProperties, anyOf/oneOf, string formats date-time,
+ * date, time, uuid, $ref to #/$defs). *gbnf (NUL-terminated, free with kiln_free) and *gbnf_len receive
+ * it. A schema that is not JSON is KILN_E_FORMAT, one that uses what Kiln cannot enforce is
+ * KILN_E_UNSUPPORTED; both messages name the place in the schema ("schema at /properties/age: ..."). */
+kiln_status kiln_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t *gbnf_len);
+
+/* The bytes of every token in a trie, for masks. end_tokens lists the tokens that end the text (EOS,
+ * the chat template's end of turn); NULL means the vocabulary's EOS. Control and unknown tokens and
+ * tokens that print nothing are never allowed under a grammar. */
+kiln_status kiln_grammar_vocab_create(const kiln_vocab *vocab, const int32_t *end_tokens, int32_t n_end,
+                                      kiln_grammar_vocab **out);
+void kiln_grammar_vocab_destroy(kiln_grammar_vocab *vocab);
+int32_t kiln_grammar_vocab_n_tokens(const kiln_grammar_vocab *vocab);
+
+/* A matcher at the start of the grammar. vocab may be NULL for a matcher fed text only (no masks). */
+kiln_status kiln_grammar_matcher_create(const kiln_grammar *grammar, const kiln_grammar_vocab *vocab,
+                                        kiln_grammar_matcher **out);
+void kiln_grammar_matcher_destroy(kiln_grammar_matcher *matcher);
+kiln_status kiln_grammar_matcher_reset(kiln_grammar_matcher *matcher); /* back to the start */
+/* The tokens allowed next: bit (t & 31) of word t / 32 is set for an allowed token t. Valid until the
+ * next call on the matcher. All zero when nothing can follow (the caller reports that as an error). */
+kiln_status kiln_grammar_matcher_mask(kiln_grammar_matcher *matcher, const uint32_t **bits);
+/* Advance by a token (an end token ends the text). KILN_E_INVALID_ARG, with the state unchanged, when the
+ * grammar does not allow it. */
+kiln_status kiln_grammar_matcher_accept(kiln_grammar_matcher *matcher, int32_t token);
+/* Advance by UTF-8 text (a character may be split across calls). KILN_E_INVALID_ARG names the first byte
+ * the grammar refuses; the state is then unchanged. */
+kiln_status kiln_grammar_matcher_accept_text(kiln_grammar_matcher *matcher, const char *text, size_t len);
+/* Whether the text so far is a whole sentence (an end token is allowed now). */
+bool kiln_grammar_matcher_can_end(const kiln_grammar_matcher *matcher);
+/* Whether nothing but the end can follow. */
+bool kiln_grammar_matcher_is_done(const kiln_grammar_matcher *matcher);
+
+typedef struct kiln_grammar_stats {
+    uint64_t cache_hits, cache_misses; /* masks served from the per-state cache, and walked */
+    uint64_t advances;                 /* parse-stack sets advanced by one character during walks */
+} kiln_grammar_stats;
+void kiln_grammar_matcher_stats(const kiln_grammar_matcher *matcher, kiln_grammar_stats *out);
+
+/* Constrain a sampler by a matcher (borrowed until it is replaced; NULL removes it): each
+ * kiln_sampler_sample then considers only the tokens the matcher allows and advances the matcher by the
+ * token it returns. When the grammar allows no token, sampling fails with KILN_E_UNSUPPORTED. */
+kiln_status kiln_sampler_set_grammar(kiln_sampler *sampler, kiln_grammar_matcher *matcher);
+
+/* ---------------------------------------------------------------------------------------------------
  * Models, contexts and batches (see docs/runtime.md)
  *
  * A model is the shared engine: the mapped weights, the backends in priority order (the CPU last, as the

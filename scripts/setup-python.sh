@@ -2,7 +2,8 @@
 # Create the Python environment that the server tests and bench/serve_bench.py use:
 #   scripts/setup-python.sh [DIR]      (default DIR: build/venv)
 # A virtual environment with pinned versions of pytest (and pytest-timeout, which bounds every test), the
-# official openai client, requests and selenium. Idempotent: when DIR already holds exactly these pins it
+# official openai client, requests, selenium, and jsonschema (the structured-output tests' validator).
+# Idempotent: when DIR already holds exactly these pins it
 # returns at once. Needs Debian's python3-venv (installed through scripts/apt-install.sh when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ pins=(
   openai==3.57.0
   requests==2.34.2
   selenium==4.50.0
+  jsonschema==4.26.0
 )
 stamp="$dir/.kiln-pins"
 if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${pins[*]}" ]; then

@@ -82,6 +82,7 @@ typedef struct ks_api_request {
     bool base64;         /* embeddings: encoding_format "base64" */
     char *stop[KS_API_MAX_STOP];
     const char *stop_ptrs[KS_API_MAX_STOP];
+    char *grammar; /* GBNF for req.grammar (from "grammar" or a JSON response_format), or NULL; owned */
 } ks_api_request;
 
 /* Parse and validate a /v1/chat/completions, /v1/completions or /v1/embeddings body (len bytes, not
@@ -106,6 +107,11 @@ bool ks_api_embedding_parse(const struct json_t *root, const ks_api_model *model
                             ks_api_error *err);
 char *ks_api_embedding_json(const float *vectors, int32_t n, int32_t n_embd, bool base64,
                             const char *model_id, int32_t prompt_tokens);
+/* api_grammar.c: the constraint fields of root into r->grammar (GBNF, compiled once here so that a bad
+ * grammar or schema is a 400 naming the field and the reason): "grammar" (GBNF, as llama-server),
+ * "json_schema" (a schema, as llama-server), and "response_format" {type: text | json_object |
+ * json_schema, json_schema: {name, schema, strict}} as OpenAI. At most one of them may constrain. */
+bool ks_api_parse_grammar(const struct json_t *root, ks_api_request *r, ks_api_error *err);
 /* True when s[0..len) is valid UTF-8 without NUL bytes. */
 bool ks_api_utf8_valid(const char *s, size_t len);
 /* s[0..len) as a JSON string, each byte that is not part of a valid character (or NUL) replaced by

@@ -3,8 +3,9 @@
  * body continues in api_embed.c), with every field checked as OpenAI checks it: its JSON type, its
  * range, and the combinations OpenAI refuses. A field
  * that is absent or null takes OpenAI's default; fields Kiln does not know are ignored; fields whose
- * meaning Kiln cannot honour (echo, suffix, logit_bias, tools, a JSON response_format, best_of > n) are
- * refused with a 400 that names them rather than silently dropped.
+ * meaning Kiln cannot honour (echo, suffix, logit_bias, tools, best_of > n) are refused with a 400 that
+ * names them rather than silently dropped. response_format, grammar and json_schema constrain the output
+ * (api_grammar.c).
  *
  * The prompt is tokenized here (chat messages through api_chat.c), so the engine receives token ids and
  * the request's length is checked against the context (by the engine's rule) before it is queued. Every
@@ -131,16 +132,6 @@ static bool refuse_unsupported(const json_t *root, ks_api_kind kind, ks_api_erro
         return ks_api_bad(err, "tools", "'tools' (function calling) is not supported by this server");
     if ((v = field(root, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         return ks_api_bad(err, "functions", "'functions' (function calling) is not supported by this server");
-    if ((v = field(root, "response_format"))) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t))
-            return ks_api_bad(err, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return ks_api_bad(err, "response_format",
-                              "response_format type '%.40s' is not supported; only "
-                              "'text' is",
-                              json_string_value(t));
-    }
     if ((v = field(root, "model")) && !json_is_string(v))
         return ks_api_bad(err, "model", "'model' must be a string");
     return true;
@@ -288,7 +279,8 @@ static bool completion_prompt(const json_t *root, const ks_api_model *m, ks_api_
 static bool parse_root(const json_t *root, ks_api_kind kind, const ks_api_model *m, ks_api_request *r,
                        ks_api_error *err) {
     if (!refuse_unsupported(root, kind, err) || !parse_stream(root, r, err) ||
-        !parse_logprobs(root, r, err) || !parse_sampling(root, r, err) || !parse_stop(root, r, err))
+        !parse_logprobs(root, r, err) || !parse_sampling(root, r, err) || !parse_stop(root, r, err) ||
+        !ks_api_parse_grammar(root, r, err))
         return false;
     if (kind == KS_API_CHAT) {
         json_t *msgs = json_object_get(root, "messages");
@@ -333,6 +325,7 @@ bool ks_api_parse(ks_api_kind kind, const char *body, size_t len, const ks_api_m
     out->req.prompt = out->prompt;
     out->req.input_lens = out->input_lens;
     out->req.stop = out->req.n_stop ? out->stop_ptrs : NULL;
+    out->req.grammar = out->grammar;
     return true;
 }
 
@@ -342,6 +335,7 @@ void ks_api_request_free(ks_api_request *r) {
     free(r->input_lens);
     for (int i = 0; i < KS_API_MAX_STOP; i++)
         free(r->stop[i]);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
     r->req = ks_request_default();
 }

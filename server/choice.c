@@ -5,7 +5,8 @@
  * over the tokens generated so far: logit -= presence * (count > 0) + frequency * count), sample, record
  * the logprob of the raw logits and the top alternatives, then either finish (EOS or end of turn, unless
  * ignore_eos) or push the token through the detokenizer and the stop strings, emit what came out, and
- * finish on a stop or at max_tokens.
+ * finish on a stop, at max_tokens, or when the choice's grammar allows nothing but the end (the sampler
+ * masks the logits by the grammar and advances it by each token).
  */
 #include "choice.h"
 #include "error.h"
@@ -31,6 +32,7 @@ kiln_status ks__gen_scratch_init(ks_gen_scratch *s, const kiln_model *model) {
 }
 
 void ks__gen_scratch_free(ks_gen_scratch *s) {
+    kiln_grammar_vocab_destroy(s->gvocab);
     free(s->logits);
     free(s->counts);
     free(s->piece);
@@ -74,14 +76,28 @@ static void pending_free(ks_pending *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* The choice's matcher, on the engine's token trie (made once, with EOS and the end of turn as ends). */
+static kiln_status grammar_init(ks_choice *c, const ks_choice_params *p, ks_gen_scratch *s) {
+    if (!s->gvocab) {
+        int32_t ends[2], n = 0;
+        if (s->eos >= 0) ends[n++] = s->eos;
+        if (p->eot_token >= 0 && p->eot_token != s->eos) ends[n++] = p->eot_token;
+        kiln_status st = kiln_grammar_vocab_create(s->vocab, ends, n, &s->gvocab);
+        if (st != KILN_OK) return st;
+    }
+    kiln_status st = kiln_grammar_matcher_create(p->grammar, s->gvocab, &c->grammar);
+    return st == KILN_OK ? kiln_sampler_set_grammar(c->sampler, c->grammar) : st;
+}
+
 kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params *p,
-                            const kiln_sampler_params *sp, const ks_request *req, const ks_gen_scratch *s) {
+                            const kiln_sampler_params *sp, const ks_request *req, ks_gen_scratch *s) {
     memset(c, 0, sizeof *c);
     c->index = index;
     c->p = p;
     kiln_sampler_params mine = *sp;
     mine.seed = sp->seed + (uint64_t)index;
     kiln_status st = kiln_sampler_create(s->n_vocab, &mine, &c->sampler);
+    if (st == KILN_OK && p->grammar) st = grammar_init(c, p, s); /* may make the engine's token trie */
     if (st == KILN_OK) st = kiln_detok_create(s->vocab, p->strip_leading_space, &c->detok);
     if (st == KILN_OK) st = ks__stop_init(&c->stop, req->stop, req->n_stop);
     if (st == KILN_OK && !(c->generated = malloc((size_t)p->max_tokens * sizeof *c->generated)))
@@ -93,6 +109,7 @@ kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params 
 
 void ks__choice_free(ks_choice *c) {
     kiln_sampler_destroy(c->sampler);
+    kiln_grammar_matcher_destroy(c->grammar);
     kiln_detok_destroy(c->detok);
     ks__stop_free(&c->stop);
     pending_free(&c->pend);
@@ -259,7 +276,9 @@ kiln_status ks__choice_step(ks_choice *c, ks_gen_scratch *s, const float *logits
     c->generated[c->n_generated++] = t;
     if (c->p->logprobs >= 0 && (st = pending_add(c, s, logits, t)) != KILN_OK) return st;
     bool end_token = !c->p->ignore_eos && (t == s->eos || t == c->p->eot_token);
-    bool last = end_token || c->n_generated >= c->p->max_tokens, matched = false;
+    bool grammar_end = c->grammar && kiln_grammar_matcher_is_done(c->grammar);
+    end_token |= grammar_end && (t == s->eos || t == c->p->eot_token);
+    bool last = end_token || grammar_end || c->n_generated >= c->p->max_tokens, matched = false;
     kiln_str piece = {"", 0};
     if (!end_token && (st = kiln_detok_push(c->detok, t, &piece)) != KILN_OK) return st;
     if ((st = feed(c, piece, false, emit, user, &matched)) != KILN_OK) return st;
@@ -269,7 +288,7 @@ kiln_status ks__choice_step(ks_choice *c, ks_gen_scratch *s, const float *logits
     }
     if (!matched && !last) return KILN_OK;
     c->done = true;
-    c->finish = matched || end_token ? KS_FINISH_STOP : KS_FINISH_LENGTH;
+    c->finish = matched || end_token || grammar_end ? KS_FINISH_STOP : KS_FINISH_LENGTH;
     ks_event ev = {.kind = KS_EVENT_CHOICE_END, .choice = c->index, .finish = c->finish};
     emit(user, &ev);
     return KILN_OK;

@@ -1,8 +1,9 @@
 /*
  * choice.h - one choice of a request, from logits to events: presence and frequency penalties, the
  * sampler (seed + choice index), logprobs of the raw logits with the top alternatives and their text,
- * the streaming detokenizer, stop strings, and the finish reasons (EOS or the end-of-turn token: "stop";
- * max_tokens: "length"). The engine owns the KV sequence and the batch; a choice only decides tokens and
+ * the streaming detokenizer, stop strings, a grammar that constrains the sampler, and the finish reasons
+ * (EOS, the end-of-turn token or a grammar that allows nothing more: "stop"; max_tokens: "length").
+ * The engine owns the KV sequence and the batch; a choice only decides tokens and
  * says what to emit.
  *
  * Logprobs travel with text: a token's logprob is reported in the TEXT event that carries the last of its
@@ -28,6 +29,7 @@ typedef struct ks_gen_scratch {
     int32_t *counts; /* [n_vocab] zero between uses */
     char *piece;     /* a top alternative's text */
     size_t piece_cap;
+    kiln_grammar_vocab *gvocab; /* the token trie for grammars, made by the first choice that has one */
 } ks_gen_scratch;
 
 kiln_status ks__gen_scratch_init(ks_gen_scratch *s, const kiln_model *model);
@@ -41,6 +43,7 @@ typedef struct ks_choice_params {
     bool ignore_eos;
     int32_t eot_token;
     bool strip_leading_space;
+    const kiln_grammar *grammar; /* or NULL */
 } ks_choice_params;
 
 /* Tokens whose logprobs wait for their text. */
@@ -60,6 +63,7 @@ typedef struct ks_choice {
     int32_t index;
     const ks_choice_params *p;
     kiln_sampler *sampler;
+    kiln_grammar_matcher *grammar; /* or NULL */
     kiln_detok *detok;
     ks_stop stop;
     ks_pending pend;
@@ -71,7 +75,7 @@ typedef struct ks_choice {
 } ks_choice;
 
 kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params *p,
-                            const kiln_sampler_params *sp, const ks_request *req, const ks_gen_scratch *s);
+                            const kiln_sampler_params *sp, const ks_request *req, ks_gen_scratch *s);
 void ks__choice_free(ks_choice *c);
 
 /* Where a choice's events go (the engine's emit, which drops them after a cancel). */

@@ -261,6 +261,8 @@ static kiln_status check_request(const ks_engine *e, const ks_request *r) {
             return kiln__error(KILN_E_INVALID_ARG, "request: stop[%d] is empty", i);
     if (r->logprobs < -1 || r->logprobs > 20)
         return kiln__error(KILN_E_INVALID_ARG, "request: logprobs %d is outside -1 .. 20", r->logprobs);
+    if (r->grammar && r->n_inputs > 0)
+        return kiln__error(KILN_E_INVALID_ARG, "request: an embedding request has no use for a grammar");
     if (r->eot_token < -1 || r->eot_token >= n_vocab)
         return kiln__error(KILN_E_INVALID_ARG, "request: eot_token %d is outside -1 .. %d", r->eot_token,
                            n_vocab - 1);
@@ -288,20 +290,27 @@ void ks__req_free(ks_req *r) {
     free(r->next_token);
     free(r->batch_at);
     free(r->t_last);
+    kiln_grammar_destroy(r->grammar);
     pthread_mutex_destroy(&r->cb_mu);
     free(r);
 }
 
-/* A request with its own copies of the prompt and the stop strings. */
-static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void *user) {
+/* A request with its own copies of the prompt and the stop strings; it owns grammar (freed on failure). */
+static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void *user,
+                        kiln_grammar *grammar) {
     ks_req *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
+    if (!r) {
+        kiln_grammar_destroy(grammar);
+        return NULL;
+    }
     pthread_mutex_init(&r->cb_mu, NULL);
+    r->grammar = grammar; /* owned from here, freed with r */
     r->engine = e;
     r->fn = fn;
     r->user = user;
     r->req = *in;
     r->req.n_stop = 0;
+    r->req.grammar = NULL; /* the text is compiled; its copy is not kept */
     r->prompt = malloc((size_t)in->n_prompt * sizeof *r->prompt);
     r->stop = calloc((size_t)in->n_stop + 1, sizeof *r->stop);
     if (!r->prompt || !r->stop) goto fail;
@@ -323,6 +332,7 @@ static ks_req *req_copy(ks_engine *e, const ks_request *in, ks_event_fn fn, void
         .ignore_eos = in->ignore_eos,
         .eot_token = in->eot_token,
         .strip_leading_space = in->n_prompt == 1 && in->prompt[0] == kiln_vocab_bos(e->scratch.vocab),
+        .grammar = r->grammar,
     };
     r->sp = kiln_sampler_params_default();
     r->sp.temperature = in->temperature;
@@ -352,7 +362,10 @@ kiln_status ks_engine_submit(ks_engine *e, const ks_request *req, ks_event_fn fn
     *out = 0;
     kiln_status st = check_request(e, req);
     if (st != KILN_OK) return st;
-    ks_req *r = req_copy(e, req, fn, user);
+    kiln_grammar *grammar = NULL;
+    if (req->grammar && (st = kiln_grammar_parse(req->grammar, strlen(req->grammar), &grammar)) != KILN_OK)
+        return kiln__error_prefix(st == KILN_E_NOMEM ? st : KILN_E_INVALID_ARG, "request: ");
+    ks_req *r = req_copy(e, req, fn, user, grammar);
     if (!r)
         return kiln__error(KILN_E_NOMEM, "ks_engine_submit: copying a request of %d tokens", req->n_prompt);
     r->t_submit = ks__now();

@@ -85,6 +85,9 @@ typedef struct ks_request {
     bool ignore_eos;       /* EOS and eot_token are then ordinary tokens */
     int32_t eot_token;     /* a token that ends a choice like EOS (the chat template's end of turn, found
                             * with kiln_vocab_find_token), or -1 */
+    const char *grammar;   /* GBNF text (NUL-terminated) every choice must follow, or NULL; compiled by
+                            * submit (KILN_E_INVALID_ARG names what is wrong). A choice ends ("stop") once
+                            * its grammar allows nothing but the end */
     /* Embedding requests (encoder engines only): prompt holds n_inputs inputs one after another, input i
      * of input_lens[i] tokens (each 1 .. n_ctx, summing to n_prompt; copied by submit). The generation
      * fields above are then ignored. 0 = a generation request. */
@@ -93,7 +96,7 @@ typedef struct ks_request {
 } ks_request;
 
 /* Defaults: prompt NULL, max_tokens 16, n 1, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties 0,
- * no stop strings, logprobs -1, ignore_eos false, eot_token -1. */
+ * no stop strings, logprobs -1, ignore_eos false, eot_token -1, grammar NULL. */
 ks_request ks_request_default(void);
 
 typedef enum ks_finish { KS_FINISH_NONE = 0, KS_FINISH_STOP = 1, KS_FINISH_LENGTH = 2 } ks_finish;

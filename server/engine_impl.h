@@ -30,6 +30,7 @@ typedef struct ks_req {
     char **stop;     /* [n_stop] */
     ks_choice_params cp;
     kiln_sampler_params sp;
+    kiln_grammar *grammar; /* req.grammar compiled, or NULL */
     double t_submit;
 
     /* Under the engine's mu. */

@@ -14,5 +14,11 @@ kiln_status kiln__error(kiln_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Prefix the thread's current message with context and return status. */
+kiln_status kiln__error_prefix(kiln_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 #endif

@@ -164,8 +164,11 @@ static const bad_case bad_cases[] = {
     {KS_API_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", "between 0 and 20"},
     {KS_API_CHAT, "{" MSG ",\"top_logprobs\":2}", 400, "top_logprobs", "requires"},
     {KS_API_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
-    {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
-     "json_object"},
+    {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format",
+     "'yaml' is not supported"},
+    {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}",
+     400, "response_format", "'pattern' cannot be enforced"},
+    {KS_API_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= x\"}", 400, "grammar", "rule 'x' is used but never defined"},
     {KS_API_CHAT, "{" MSG ",\"logit_bias\":{\"5\":10}}", 400, "logit_bias", "not supported"},
     {KS_API_CHAT, "{" MSG ",\"model\":7}", 400, "model", "string"},
     {KS_API_CHAT, "{" MSG ",\"max_tokens\":200,\"x\":0}", 200, "", ""}, /* fits: 200 + a short prompt < 256 */

@@ -23,6 +23,7 @@ from .errors import (
     RangeError,
     UnsupportedError,
 )
+from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
 from .model import Batch, Context, Model, default_threads
 from .sampler import Sampler
@@ -45,6 +46,7 @@ __all__ = [
     "LLAMA_DEFAULT_SEED",
     "Llama",
     "LlamaState",
+    "LlamaGrammar",
     "Model",
     "NotFoundError",
     "OutOfMemoryError",
@@ -52,5 +54,6 @@ __all__ = [
     "Sampler",
     "UnsupportedError",
     "default_threads",
+    "json_schema_to_gbnf",
     "template_names",
 ]

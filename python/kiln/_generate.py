@@ -3,7 +3,8 @@ while they may still be forming, logprobs, and the OpenAI-style response dicts o
 
 A completion is a generator of events that both the streaming and the plain API consume:
     ("text", bytes, entries)   new text safe to hand out, with the logprob entries of its tokens
-    ("done", finish_reason)    the end: "stop" (EOS, end of turn or a stop string) or "length"
+    ("done", finish_reason)    the end: "stop" (EOS, end of turn, a stop string, or a grammar that allows
+                               nothing more) or "length"
 Text is handed out only up to the last point where no stop string can begin, and only at UTF-8
 character boundaries, so every chunk decodes on its own and no chunk ever shows part of a stop string.
 """
@@ -52,6 +53,7 @@ class Request:
     strip_leading_space: bool
     logprobs: Optional[int]  # top-N alternatives per token, or None
     sampling: Sampling = field(default_factory=Sampling)
+    grammar: Any = None  # a kiln.grammar.GrammarMatcher constraining the tokens, or None
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -142,6 +144,8 @@ def generate(
     history = list(req.prompt_tokens)
     for t in req.prompt_tokens:
         sampler.accept(t)
+    if req.grammar is not None:
+        sampler.set_grammar(req.grammar)
     text, sent = b"", 0
     pending: List[Tuple[int, Tuple[str, float, Dict[str, float]]]] = []  # (text offset, entry)
     logits = first_logits
@@ -159,7 +163,8 @@ def generate(
             if req.logprobs is not None:
                 pending.append((len(text), logprob_entry(model, token, scores, req.logprobs)))
             text += detok.push(token)
-            last = len(completion_tokens) >= req.max_tokens
+            grammar_done = req.grammar is not None and req.grammar.is_done
+            last = len(completion_tokens) >= req.max_tokens or grammar_done
             if last:
                 text += detok.flush()
             found = [i for i in (text.find(st, sent) for st in req.stop) if i >= 0]
@@ -177,6 +182,7 @@ def generate(
                 pending = [(off, e) for off, e in pending if off >= cut]
                 sent = cut
             if last:
+                finish = "stop" if grammar_done else finish
                 break
             logits = ctx.decode([token])
         if not stopped:

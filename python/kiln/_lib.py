@@ -137,6 +137,9 @@ gguf_p = c_void_p
 sampler_p = c_void_p
 detok_p = c_void_p
 template_p = c_void_p
+grammar_p = c_void_p
+grammar_vocab_p = c_void_p
+matcher_p = c_void_p
 
 # --- Prototypes ----------------------------------------------------------------------------------------
 
@@ -235,6 +238,19 @@ _PROTOTYPES = {
     "kiln_sampler_destroy": (None, [sampler_p]),
     "kiln_sampler_sample": (c_status, [sampler_p, POINTER(c_float), POINTER(c_int32)]),
     "kiln_sampler_accept": (None, [sampler_p, c_int32]),
+    "kiln_sampler_set_grammar": (c_status, [sampler_p, matcher_p]),
+    # Grammars
+    "kiln_free": (None, [c_void_p]),
+    "kiln_grammar_parse": (c_status, [c_char_p, c_size_t, POINTER(grammar_p)]),
+    "kiln_grammar_destroy": (None, [grammar_p]),
+    "kiln_json_schema_to_gbnf": (c_status, [c_char_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)]),
+    "kiln_grammar_vocab_create": (c_status, [vocab_p, POINTER(c_int32), c_int32, POINTER(grammar_vocab_p)]),
+    "kiln_grammar_vocab_destroy": (None, [grammar_vocab_p]),
+    "kiln_grammar_matcher_create": (c_status, [grammar_p, grammar_vocab_p, POINTER(matcher_p)]),
+    "kiln_grammar_matcher_destroy": (None, [matcher_p]),
+    "kiln_grammar_matcher_accept_text": (c_status, [matcher_p, c_char_p, c_size_t]),
+    "kiln_grammar_matcher_can_end": (c_bool, [matcher_p]),
+    "kiln_grammar_matcher_is_done": (c_bool, [matcher_p]),
 }
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from . import _generate
 from .chat import ChatTemplate
 from .errors import UnsupportedError
+from .grammar import GrammarMatcher, GrammarVocab, LlamaGrammar, response_format_grammar
 from .model import Context, Model
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama-cpp-python's "random seed"
@@ -123,6 +124,7 @@ class Llama:
         self.chat_format = self._chat_template.name
         eot = self._chat_template.end_of_turn
         self._eog = sorted({t for t in (self._model.eos, self._model.find_token(eot) if eot else -1) if t >= 0})
+        self._gvocab: Optional[GrammarVocab] = None
 
     @staticmethod
     def _kv_type(type_k: Optional[int], type_v: Optional[int]) -> str:
@@ -139,6 +141,9 @@ class Llama:
 
     def close(self) -> None:
         """Free the context and the model. Idempotent."""
+        if getattr(self, "_gvocab", None) is not None:
+            self._gvocab.close()
+            self._gvocab = None
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
@@ -367,11 +372,16 @@ class Llama:
 
         max_tokens None or <= 0 means up to the end of the context. stop strings end the text before
         them; logprobs=N adds the top N alternatives of each generated token (and, with echo, of the
-        prompt's). typical_p, tfs_z, mirostat and grammar are not supported: other values than their
-        defaults raise NotImplementedError.
+        prompt's). grammar (a LlamaGrammar, or GBNF text) constrains the text to the grammar's sentences
+        (docs/grammar.md): the completion ends ("stop") when the grammar allows nothing more. typical_p,
+        tfs_z and mirostat are not supported: other values than their defaults raise NotImplementedError.
         """
         _unsupported(suffix=(suffix, None), typical_p=(typical_p, 1.0), tfs_z=(tfs_z, 1.0),
-                     mirostat_mode=(mirostat_mode, 0), grammar=(grammar, None))
+                     mirostat_mode=(mirostat_mode, 0))
+        if isinstance(grammar, str):
+            grammar = LlamaGrammar.from_string(grammar)
+        if grammar is not None and not isinstance(grammar, LlamaGrammar):
+            raise TypeError(f"grammar must be a LlamaGrammar or GBNF text, not {type(grammar).__name__}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         sampling = _generate.Sampling(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
@@ -386,12 +396,12 @@ class Llama:
             prompt_tokens = [int(t) for t in prompt]
             prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = self._completion(prompt_tokens, prompt_text, max_tokens, stops, sampling, logprobs, echo,
-                                  model or self.model_path)
+                                  model or self.model_path, grammar)
         return _streamed(chunks) if stream else _collect(chunks)
 
     def _completion(self, prompt_tokens: List[int], prompt_text: str, max_tokens: Optional[int],
                     stops: List[str], sampling: "_generate.Sampling", logprobs: Optional[int], echo: bool,
-                    model_name: str) -> Iterator[Dict[str, Any]]:
+                    model_name: str, grammar: Optional[LlamaGrammar] = None) -> Iterator[Dict[str, Any]]:
         if self.embedding:
             raise RuntimeError("this Llama computes embeddings (embedding=True); it cannot generate text")
         n_ctx = self.n_ctx()
@@ -404,8 +414,15 @@ class Llama:
         req = _generate.Request(
             prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop=[s.encode("utf-8") for s in stops if s],
             stop_tokens=self._eog, strip_leading_space=(prompt_text == ""), logprobs=logprobs, sampling=sampling,
+            grammar=GrammarMatcher(grammar, self._grammar_vocab()) if grammar is not None else None,
         )
         return self._stream(req, prompt_text, echo, model_name)
+
+    def _grammar_vocab(self) -> GrammarVocab:
+        """The token trie for grammars, made on first use; EOS and the end of turn end a text."""
+        if self._gvocab is None:
+            self._gvocab = GrammarVocab(self._model.vocab_handle, self._eog)
+        return self._gvocab
 
     def _stream(self, req: "_generate.Request", prompt_text: str, echo: bool,
                 model_name: str) -> Iterator[Dict[str, Any]]:
@@ -566,10 +583,16 @@ class Llama:
         [{"index", "message": {"role": "assistant", "content"}, "logprobs", "finish_reason"}], "usage"},
         or with stream=True an iterator of "chat.completion.chunk" dicts: the first with delta
         {"role": "assistant"}, then deltas {"content": ...}, the last with delta {} and the
-        finish_reason. Functions, tools, response_format and grammar are not supported.
+        finish_reason. response_format ({"type": "json_object"} with an optional "schema", or OpenAI's
+        {"type": "json_schema", "json_schema": {"schema": ...}}) and grammar constrain the reply
+        (docs/grammar.md). Functions and tools are not supported.
         """
         _unsupported(functions=(functions, None), function_call=(function_call, None), tools=(tools, None),
-                     tool_choice=(tool_choice, None), response_format=(response_format, None))
+                     tool_choice=(tool_choice, None))
+        fmt_grammar = response_format_grammar(response_format)
+        if fmt_grammar is not None and grammar is not None:
+            raise ValueError("give either grammar or a JSON response_format, not both")
+        grammar = fmt_grammar if fmt_grammar is not None else grammar
         prompt = self._chat_template.render(messages, add_generation_prompt=True)
         prompt_tokens = self.model.tokenize(prompt, add_bos=self.model.add_bos, special=True)
         result = self.create_completion(

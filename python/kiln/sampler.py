@@ -41,6 +41,7 @@ class Sampler(Handle):
         seed: int = 0,
     ) -> None:
         self._handle: Optional[int] = None
+        self._matcher: Any = None
         self.n_vocab = int(n_vocab)
         p = lib.kiln_sampler_params_default()
         p.temperature = float(temperature)
@@ -71,6 +72,12 @@ class Sampler(Handle):
         out = c_int32()
         check(lib.kiln_sampler_sample(self._h(), row.ctypes.data_as(POINTER(c_float)), byref(out)), "sample")
         return int(out.value)
+
+    def set_grammar(self, matcher: Any) -> None:
+        """Constrain sampling by a kiln.grammar.GrammarMatcher (None removes it): sample() then picks only
+        tokens the grammar allows and advances the matcher by the token it returns."""
+        self._matcher = matcher  # the C sampler borrows it
+        check(lib.kiln_sampler_set_grammar(self._h(), matcher.handle if matcher is not None else None), "sampler")
 
     def accept(self, token: int) -> None:
         """Record a token (of the prompt, or sampled) in the history the repeat penalty looks at."""

@@ -127,7 +127,7 @@ def test_logits_processor_and_logit_bias_change_the_choice(llm):
 def test_unsupported_sampling_options_say_so(llm):
     with pytest.raises(NotImplementedError, match="mirostat_mode"):
         llm("Once", max_tokens=1, mirostat_mode=2)
-    with pytest.raises(NotImplementedError, match="grammar"):
+    with pytest.raises(TypeError, match="grammar must be a LlamaGrammar or GBNF text"):
         llm("Once", max_tokens=1, grammar=object())
 
 

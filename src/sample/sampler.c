@@ -11,10 +11,15 @@
  *   6. temperature: divide what is left by it, renormalize, and draw with the seeded xoshiro256**.
  * Steps 3-5 keep at least one token and decide on the untempered probabilities, as llama.cpp does.
  *
+ * With a grammar matcher set (kiln_sampler_set_grammar), the tokens it does not allow get -inf before
+ * step 1, the draw happens among the allowed ones only (the lowest allowed id when all their logits are
+ * -inf), and the matcher is advanced by the token returned.
+ *
  * Input logits are never modified. A NaN logit counts as -inf and +inf as the largest float; if every
  * logit is -inf the result is token 0. All scratch is allocated in create: sampling allocates nothing.
  */
 #include "core/core.h"
+#include "grammar/grammar.h"
 #include "sample/rng.h"
 
 #include <float.h>
@@ -36,6 +41,7 @@ struct kiln_sampler {
     uint32_t stamp;
     int32_t *history; /* (repeat_last_n) ring of accepted tokens */
     int32_t history_len, history_next;
+    kiln_grammar_matcher *grammar; /* borrowed, or NULL */
 };
 
 kiln_sampler_params kiln_sampler_params_default(void) {
@@ -106,6 +112,29 @@ void kiln_sampler_accept(kiln_sampler *sampler, int32_t token) {
     sampler->history[sampler->history_next] = token;
     sampler->history_next = (sampler->history_next + 1) % sampler->params.repeat_last_n;
     if (sampler->history_len < sampler->params.repeat_last_n) sampler->history_len++;
+}
+
+kiln_status kiln_sampler_set_grammar(kiln_sampler *sampler, kiln_grammar_matcher *matcher) {
+    if (!sampler) return kiln__error(KILN_E_INVALID_ARG, "kiln_sampler_set_grammar: sampler is NULL");
+    sampler->grammar = matcher;
+    return KILN_OK;
+}
+
+/* -inf for every token the grammar refuses; *first the lowest allowed id (-1: none). */
+static kiln_status apply_grammar(kiln_sampler *s, int32_t *first) {
+    const uint32_t *bits;
+    kiln_status st = kiln_grammar_matcher_mask(s->grammar, &bits);
+    if (st != KILN_OK) return st;
+    int32_t n = KILN__MIN(s->n_vocab, kiln__grammar_matcher_n_vocab(s->grammar));
+    *first = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        bool ok = i < n && (bits[i >> 5] >> (i & 31) & 1u);
+        if (!ok) s->cands[i].logit = -INFINITY;
+        else if (*first < 0) *first = i;
+    }
+    if (*first < 0)
+        return kiln__error(KILN_E_UNSUPPORTED, "sampler: the grammar allows no token of the vocabulary here");
+    return KILN_OK;
 }
 
 static void load_logits(kiln_sampler *s, const float *logits) {
@@ -230,11 +259,14 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
     kiln_sampler *s = sampler;
     load_logits(s, logits);
     apply_penalty(s);
+    int32_t first_allowed = -1;
+    kiln_status st = s->grammar ? apply_grammar(s, &first_allowed) : KILN_OK;
+    if (st != KILN_OK) return st;
     int32_t best = argmax(s->cands, s->n_vocab);
     double max = (double)s->cands[best].logit;
     if (s->params.temperature <= 0 || max == -INFINITY) {
-        *token_out = best;
-        return KILN_OK;
+        *token_out = max == -INFINITY && first_allowed >= 0 ? first_allowed : best;
+        return s->grammar ? kiln_grammar_matcher_accept(s->grammar, *token_out) : KILN_OK;
     }
     const kiln_sampler_params *p = &s->params;
     bool truncating = (p->top_k > 0 && p->top_k < s->n_vocab) || p->top_p < 1.0f || p->min_p > 0.0f;
@@ -244,5 +276,5 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
     } else {
         *token_out = draw(s, s->cands, s->n_vocab, max);
     }
-    return KILN_OK;
+    return s->grammar ? kiln_grammar_matcher_accept(s->grammar, *token_out) : KILN_OK;
 }
