@@ -20,7 +20,11 @@ can move by half within a minute, so a share against one probe at the start says
 than about the engine. llama.cpp's decode bandwidth is its tokens/s times the bytes Kiln reads per token
 (the same file's weights). The header names
 the CPU (/proc/cpuinfo's model name), the llama-bench build and the load average at the start. R defaults
-to 7; a ratio on a noisy machine needs that many. llama-bench is built from the llama.cpp sources vendored
+to 7; a ratio on a noisy machine needs that many. The header also records the instruction-set options the
+llama.cpp build was configured with (GGML_NATIVE, GGML_AVX2, GGML_AVX512..., read from the CMakeCache.txt
+of the build that holds llama-bench) and Kiln's kernel level: `--cpu avx2` forces Kiln to the AVX2 level
+and, paired with a llama.cpp configured for AVX2 only (bench/README.md), measures the AVX2 ratio on any
+x86 machine, an AVX-512 one included; it warns when that llama.cpp build may use AVX-512. llama-bench is built from the llama.cpp sources vendored
 in llama-cpp-python (bench/README.md); --llama-bench PATH or $LLAMA_BENCH names it.
 
 With --python it measures llama.cpp through the llama-cpp-python package instead (built from source on
@@ -154,6 +158,48 @@ def cpu_model():
     return "?"
 
 
+def llama_build_flags(exe):
+    """The ggml instruction-set options llama.cpp was configured with, from the CMakeCache.txt of the build
+    that holds exe (build/bin/llama-bench -> build/CMakeCache.txt), as "NAME=VALUE" strings; [] if absent."""
+    cache = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(exe))), "CMakeCache.txt")
+    names = ("GGML_NATIVE", "GGML_AVX", "GGML_AVX2", "GGML_AVX_VNNI", "GGML_FMA", "GGML_F16C", "GGML_BMI2",
+             "GGML_AVX512", "GGML_AVX512_VNNI", "GGML_AVX512_BF16", "GGML_AMX_INT8", "CMAKE_C_COMPILER")
+    flags = {}
+    try:
+        with open(cache) as f:
+            for line in f:
+                name, _, value = line.strip().partition("=")
+                name = name.split(":", 1)[0]
+                if name in names:
+                    flags[name] = value
+    except OSError:
+        return []
+    return [f"{n}={flags[n]}" for n in names if n in flags]
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def check_level(a, flags):
+    """With --cpu avx2, say whether llama.cpp is held to the same level: a native build on a CPU with AVX-512
+    would compare Kiln's AVX2 kernels against llama.cpp's AVX-512 ones."""
+    if a.cpu != "avx2":
+        return
+    native = "GGML_NATIVE=ON" in flags or not flags
+    if any(f.startswith("GGML_AVX512") and f.endswith("=ON") for f in flags) or \
+            (native and any(f.startswith("avx512") for f in cpu_flags())):
+        print("WARNING: --cpu avx2, but this llama.cpp build may use AVX-512 here (configure it with "
+              "-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...: bench/README.md); the ratios are not AVX2 against AVX2")
+
+
 def load1():
     return os.getloadavg()[0]
 
@@ -186,6 +232,10 @@ def field(a):
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average at start "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"llama.cpp: llama-bench {version[len('version:'):].strip()} ({exe})")
+    flags = llama_build_flags(exe)
+    print("llama.cpp build: " + (" ".join(flags) if flags else "no CMakeCache.txt beside the build (flags unknown)"))
+    print(f"Kiln kernel level: {a.cpu or 'the best this CPU has'}")
+    check_level(a, flags)
     print(f"{a.t} threads; {a.r} alternating runs per model; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     rows, probes, hows = [], [], []
@@ -298,7 +348,8 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=None, help="repetitions (default 7; 3 with --python; 1 with --batched)")
     ap.add_argument("-t", type=int, default=2)
-    ap.add_argument("--cpu", default=None, help="force Kiln's kernel level (ref, avx2, avx512, amx)")
+    ap.add_argument("--cpu", default=None, help="force Kiln's kernel level (ref, avx2, avx512, amx); with avx2, "
+                    "pair it with a llama.cpp built for AVX2 only (bench/README.md), which the header records")
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", "llama-bench"),
                     help="the llama-bench executable (default: $LLAMA_BENCH, else on PATH)")
     ap.add_argument("--python", action="store_true", help="llama.cpp through llama-cpp-python, not llama-bench")

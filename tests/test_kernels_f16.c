@@ -154,6 +154,7 @@ static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(v
         if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
         const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
         for (size_t t = 0; t < KILN__ARRAY_LEN(types); t++) {
+            if (isa->level == KILN_CPU_AVX2) CHECK(isa->mm_packed[types[t]] != NULL); /* avx2_half.c */
             if (!isa->mm_packed[types[t]]) continue;
             for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
                 for (size_t j = 0; j < KILN__ARRAY_LEN(nrs); j++)

@@ -36,10 +36,18 @@ static uint64_t next(uint64_t *s) {
 static float unit(uint64_t *s) { return (float)(next(s) & 0xffffff) / 8388608.0f - 1.0f; }
 
 /* nr random rows of k elements; returns the row stride. wf holds what the rows mean (the dequantizer). */
+static size_t finish_rows(kiln_type type, int64_t k, int64_t nr, uint64_t st);
+
 static size_t make_rows(kiln_type type, int64_t k, int64_t nr, uint64_t seed) {
     uint64_t st = seed;
-    size_t bb = kiln__type_traits(type)->block_bytes, rb = (size_t)(k / KILN_QK_K) * bb;
+    size_t rb = (size_t)(k / KILN_QK_K) * kiln__type_traits(type)->block_bytes;
     for (size_t i = 0; i < rb * (size_t)nr; i++) wraw[i] = (unsigned char)next(&st);
+    return finish_rows(type, k, nr, st);
+}
+
+/* Sane half-float super-block scales over the quants in wraw; wf from the dequantizer. */
+static size_t finish_rows(kiln_type type, int64_t k, int64_t nr, uint64_t st) {
+    size_t bb = kiln__type_traits(type)->block_bytes, rb = (size_t)(k / KILN_QK_K) * bb;
     for (int64_t b = 0; b < nr * (k / KILN_QK_K); b++) {
         unsigned char *blk = wraw + (size_t)b * bb;
         uint16_t d = kiln_fp32_to_fp16(0.001f + 0.01f * fabsf(unit(&st)));
@@ -149,6 +157,7 @@ static void every_level_packed_tiles_match_the_reference_tile_on_repacked_weight
         if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
         const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
         for (int t = 0; t < 2; t++) {
+            if (isa->level == KILN_CPU_AVX2) CHECK(isa->mm_packed[types[t]] != NULL); /* avx2_packed_kquants.c */
             if (!isa->mm_packed[types[t]]) continue;
             CHECK(kiln__repack_pads(types[t]));
             for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
@@ -185,9 +194,41 @@ static void every_level_packed_tiles_match_the_reference_tile_on_repacked_weight
     if (kiln__cpu_level_supported(KILN_CPU_AVX512)) CHECK(checked >= 2 * 54);
 }
 
+/* The largest integer sums the AVX2 tiles' int16 stages can meet (avx2_packed_kquants.c): every quant at
+ * its maximum (Q4_K 15, Q6_K 63: all quant bytes 0xff) against activation quants all 127 or all -127. The
+ * tiles must give the reference's result; a saturated stage would be off by percents. */
+static void packed_tiles_do_not_saturate_at_the_largest_quants(void) {
+    const int64_t k = 512, nr = 16, nc = 2;
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    size_t xs = kiln__q8_row_bytes(k);
+    for (int64_t c = 0; c < nc; c++) {
+        for (int64_t i = 0; i < k; i++) xf[c * MAXK + i] = c == 0 ? 1.0f : -1.0f;
+        ref->quantize_q8(xf + c * MAXK, xq + (size_t)c * xs, k);
+        CHECK_EQ_INT(((const int8_t *)xq)[c * (int64_t)xs], c == 0 ? 127 : -127);
+        for (int64_t i = 0; i < k; i++) xd[c * MAXK + i] = kiln__q8_row_d(xq + c * xs, k)[0] * (c == 0 ? 127.0f : -127.0f);
+    }
+    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int t = 0; t < 2; t++) {
+            if (!isa->mm_packed[types[t]]) continue;
+            size_t rb = (size_t)(k / KILN_QK_K) * kiln__type_traits(types[t])->block_bytes;
+            memset(wraw, 0xff, rb * (size_t)nr);
+            size_t ws = finish_rows(types[t], k, nr, 3);
+            kiln__repack(types[t], wraw, ws, k, nr, packed);
+            for (int64_t n = 1; n <= nc; n++) { /* decode, then prefill */
+                isa->mm_packed[types[t]](k, packed, kiln__repack_group_bytes(types[t], k), nr, xq, xs, n, got, MAXR);
+                ref->mm[types[t]](k, wraw, ws, nr, xq, xs, n, want, MAXR);
+                if (!agree("saturation", isa, types[t], k, nr, n)) return;
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(the_reference_tile_equals_the_float_dot_of_dequantized_weights_and_activations);
     RUN(every_level_plain_tiles_match_the_reference_tile);
     RUN(every_level_packed_tiles_match_the_reference_tile_on_repacked_weights);
+    RUN(packed_tiles_do_not_saturate_at_the_largest_quants);
     return harness_finish();
 }

@@ -238,6 +238,7 @@ static void packed_tiles_match_the_reference_on_repacked_weights(void) {
         const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
         for (int t = 3; t < 5; t++) {
             kiln_type type = mm_types[t];
+            if (isa->level == KILN_CPU_AVX2) CHECK(isa->mm_packed[type] != NULL); /* avx2_packed.c */
             if (!isa->mm_packed[type]) continue;
             for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
                 for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
@@ -320,6 +321,42 @@ static void one_stream_decode_equals_the_wide_tile_bit_for_bit(void) {
     printf("  (%d type and block-count cases)\n", checked);
 }
 
+/* The largest integer sums the AVX2 tiles' int16 stages can meet (avx2_packed.c): Q8_0 quants all -128
+ * (|q| = 128 is the unsigned operand's largest value) and Q4_0 nibbles all 15, against activation quants
+ * all 127 or all -127. The packed tiles must give the reference's result; a saturated stage would be off
+ * by percents. */
+static void packed_tiles_do_not_saturate_at_the_largest_quants(void) {
+    static unsigned char packed[16 * 34 * 8] __attribute__((aligned(64))), xq2[2 * 320];
+    static float x[2 * 256], got[2 * 16], want[2 * 16];
+    const int64_t k = 256, nr = 16;
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    size_t xs = kiln__q8_row_bytes(k);
+    for (int i = 0; i < 2 * 256; i++) x[i] = i < 256 ? 1.0f : -1.0f;
+    for (int c = 0; c < 2; c++) ref->quantize_q8(x + c * 256, xq2 + c * xs, k);
+    CHECK_EQ_INT(((const int8_t *)xq2)[xs], -127);
+    for (int l = KILN_CPU_REF; l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        for (int t = 3; t < 5; t++) {
+            kiln_type type = mm_types[t];
+            size_t rb, bb = kiln__type_traits(type)->block_bytes;
+            if (!isa->mm_packed[type]) continue;
+            kiln_type_row_bytes(type, k, &rb);
+            memset(wraw, type == KILN_TYPE_Q8_0 ? 0x80 : 0xff, rb * nr);
+            for (size_t b = 0; b < rb * nr / bb; b++) {
+                uint16_t d = kiln_fp32_to_fp16(0.01f + 0.001f * (float)(b % 5));
+                memcpy(wraw + b * bb, &d, 2);
+            }
+            kiln__repack(type, wraw, rb, k, nr, packed);
+            for (int64_t nc = 1; nc <= 2; nc++) { /* decode, then prefill */
+                isa->mm_packed[type](k, packed, kiln__repack_group_bytes(type, k), nr, xq2, xs, nc, got, 16);
+                ref->mm[type](k, wraw, rb, nr, xq2, xs, nc, want, 16);
+                for (int64_t j = 0; j < nc * 16; j++) CHECK_NEAR(got[j], want[j], 1e-6 * fabs(want[j]) * (k / 32));
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(q8_rows_follow_the_documented_layout);
     RUN(reference_integer_dots_equal_the_dequantized_dot);
@@ -328,5 +365,6 @@ int main(void) {
     RUN(every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes);
     RUN(packed_tiles_match_the_reference_on_repacked_weights);
     RUN(one_stream_decode_equals_the_wide_tile_bit_for_bit);
+    RUN(packed_tiles_do_not_saturate_at_the_largest_quants);
     return harness_finish();
 }

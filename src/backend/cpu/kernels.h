@@ -196,6 +196,11 @@ void kiln__cpu_isa_init_kquants_ref(kiln_cpu_isa *t); /* part of ref: the Q4_K/Q
 void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
+/* The AVX2 tiles over repacked weights (mm_packed; the AVX-512 level replaces every one of them):
+ * Q8_0/Q4_0 (x86/avx2_packed.c), Q4_K/Q6_K (x86/avx2_packed_kquants.c), F16/BF16 (x86/avx2_half.c). */
+void kiln__cpu_isa_init_avx2_packed(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx2_half(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);

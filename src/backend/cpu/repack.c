@@ -1,7 +1,8 @@
 /*
  * repack.c - weights rewritten once into the layout of the "packed" matmul kernels: 16 rows interleaved
  * so that one 64-byte load holds 4 bytes of each of 16 rows, and one broadcast activation word feeds all
- * 16 rows (x86/avx512_packed.c). The packed copy has exactly the size of the original.
+ * 16 rows (x86/avx512_packed.c; the AVX2 tiles, x86/avx2_packed.c, read each 64-byte vector as two 8-row
+ * halves). The packed copy has exactly the size of the original.
  *
  * Per group of 16 rows and per 32-block b, in order:
  *   Q8_0  8 x 64 bytes: vector j holds, for row r = 0..15, bytes 4j..4j+3 of the row's quants, each

@@ -1,6 +1,6 @@
 /*
  * repack_half.c - F16 and BF16 weights rewritten once into 16-row groups of element pairs, the layout of
- * the packed half-float tiles (x86/avx512_half.c).
+ * the packed half-float tiles (x86/avx512_half.c, x86/avx2_half.c).
  *
  * Group g holds rows 16g .. 16g + 15. For each pair of elements p (elements 2p, 2p + 1), 64 bytes:
  * row 0's two values, row 1's two values, ..., row 15's two values. One 64-byte load thus holds two

@@ -1,5 +1,6 @@
 /*
- * repack_kquants.c - Q4_K and Q6_K weights rewritten for the packed VNNI tiles (x86/avx512_kquants.c):
+ * repack_kquants.c - Q4_K and Q6_K weights rewritten for the packed VNNI tiles (x86/avx512_kquants.c; the
+ * AVX2 tiles of x86/avx2_packed_kquants.c read the same layout as two 8-row halves per vector):
  * like repack.c's Q8_0/Q4_0 layouts, 16 rows interleaved so that one 64-byte load holds 4 quants of each
  * of 16 rows and one broadcast of 4 activation bytes feeds all 16 rows. The 6-bit packed Q4_K scales and
  * mins are decoded here once, into one byte per row and sub-block, so the kernels never unpack them.

@@ -1,0 +1,213 @@
+/*
+ * avx2_packed_kquants.c - AVX2 matmul tiles over repacked Q4_K and Q6_K weights (layout in
+ * repack_kquants.c, shared with the AVX-512 tiles) times q8 activation rows.
+ *
+ * As in avx2_packed.c, each 32-byte half of a 64-byte layout vector holds 4 unsigned quants of 8 rows, and
+ * vpmaddubsw with the 4 matching activation bytes broadcast advances 8 row dots in int16 pair sums, which
+ * must not saturate:
+ *   Q4_K  quants 0..15: pair sums at most 3810, so a block's 8 products add in int16 (at most 30480)
+ *         before one vpmaddwd; the float term per block is the AVX-512 tile's (dl * I) * dx - ml * (dx * s)
+ *         with dl = d * sc and ml = dmin * m per row, and s the q8 block sum.
+ *   Q6_K  quants q + 32 (0..63): pair sums at most 16002, so two products add in int16 before each
+ *         vpmaddwd; the block's two 16-element sub-blocks (scales sc_a, sc_b) keep separate sums I_a, I_b,
+ *         from which 32 times the sub-block's activation sum is taken (exact integers), then
+ *         dx * (dl_a * I_a + dl_b * I_b).
+ * Prefill takes each 8-row half of a group against up to CMAX columns (each weight vector unpacked once
+ * for all of them); decode walks both halves of a group together, reading its bytes once, in order. The
+ * per-(row, column) instruction sequence is the same either way. A partial last group (zero rows) stores
+ * only the rows asked for. Only the rounding of the fused products and the float order differ from the
+ * reference (kernels_mm_kquants_ref.c).
+ */
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include "tensor/types.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KILN_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) KILN_AVX2
+#define CMAX 4
+#define Q4K_BYTES 2368 /* one super-block of a 16-row group (repack_kquants.c) */
+#define Q6K_BYTES 3392
+
+INLINE __m256i bcast4(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+INLINE __m256i load32(const unsigned char *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+
+/* 8 per-row bytes at p as floats, unsigned (Q4_K) or signed (Q6_K); 8 half floats at p as floats. */
+INLINE __m256 bytes_u8(const unsigned char *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+INLINE __m256 bytes_s8(const unsigned char *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+INLINE __m256 halves8(const unsigned char *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+/* Sub-block g of super-block sb (w at the super-block's first byte), halves [h0, h0 + H), C columns. */
+INLINE void q4_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k, const char *x,
+                       size_t xs, __m256 (*acc)[CMAX]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int64_t b = sb * 8 + g;
+    const unsigned char *q = w + 320 + 256 * g;
+    __m256i isum[2][CMAX];
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < C; c++) isum[h][c] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++)
+        for (int h = 0; h < H; h++) {
+            __m256i wv = load32(q + 64 * j + 32 * (h0 + h));
+            __m256i lo = _mm256_and_si256(wv, low4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
+            for (int c = 0; c < C; c++) {
+                const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
+                isum[h][c] = _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(lo, bcast4(xb + 4 * j)));
+                isum[h][c] = _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * j)));
+            }
+        }
+    for (int h = 0; h < H; h++) {
+        const int r = 8 * (h0 + h);
+        const __m256 dl = _mm256_mul_ps(halves8(w + 256 + 2 * r), bytes_u8(w + 16 * g + r));
+        const __m256 ml = _mm256_mul_ps(halves8(w + 288 + 2 * r), bytes_u8(w + 128 + 16 * g + r));
+        for (int c = 0; c < C; c++) {
+            const char *xr = x + c * xs;
+            float dx = kiln__q8_row_d(xr, k)[b], dxs = (float)kiln__q8_row_s(xr, k)[b] * dx;
+            __m256 t = _mm256_mul_ps(dl, _mm256_cvtepi32_ps(_mm256_madd_epi16(isum[h][c], ones)));
+            acc[h][c] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx), acc[h][c]);
+            acc[h][c] = _mm256_fnmadd_ps(ml, _mm256_set1_ps(dxs), acc[h][c]);
+        }
+    }
+}
+
+/* The top two bits of quad j (0..3) of a Q6_K high-bits vector, moved to bits 4-5 of each byte (the 16-bit
+ * shifts carry bits across bytes only into bits the mask clears). */
+INLINE __m256i top_bits(__m256i qh, int j) {
+    const __m256i m = _mm256_set1_epi8(0x30);
+    if (j == 0) return _mm256_and_si256(_mm256_slli_epi16(qh, 4), m);
+    if (j == 1) return _mm256_and_si256(_mm256_slli_epi16(qh, 2), m);
+    if (j == 2) return _mm256_and_si256(qh, m);
+    return _mm256_and_si256(_mm256_srli_epi16(qh, 2), m);
+}
+
+/* 32 times the sums of activation quants 0-15 and 16-31 of q8 block b, each in all 8 lanes. */
+INLINE void half_sums(const char *xr, int64_t b, __m256i *a, __m256i *bb) {
+    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(32), load32((const unsigned char *)xr + 32 * b)),
+                                  _mm256_set1_epi16(1));
+    s = _mm256_hadd_epi32(s, s);
+    s = _mm256_hadd_epi32(s, s);
+    *a = _mm256_permute2x128_si256(s, s, 0x00);
+    *bb = _mm256_permute2x128_si256(s, s, 0x11);
+}
+
+INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k, const char *x,
+                       size_t xs, __m256 (*acc)[CMAX]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int64_t b = sb * 8 + g;
+    const unsigned char *q = w + 320 + 384 * g;
+    __m256i ia[2][CMAX], ib[2][CMAX];
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < C; c++) ia[h][c] = ib[h][c] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j += 2)
+        for (int h = 0; h < H; h++) {
+            const __m256i qh0 = load32(q + 256 + 32 * (h0 + h)), qh1 = load32(q + 320 + 32 * (h0 + h));
+            __m256i qv0 = load32(q + 64 * j + 32 * (h0 + h)), qv1 = load32(q + 64 * (j + 1) + 32 * (h0 + h));
+            __m256i a0 = _mm256_or_si256(_mm256_and_si256(qv0, low4), top_bits(qh0, j));
+            __m256i a1 = _mm256_or_si256(_mm256_and_si256(qv1, low4), top_bits(qh0, j + 1));
+            __m256i b0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv0, 4), low4), top_bits(qh1, j));
+            __m256i b1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
+            for (int c = 0; c < C; c++) {
+                const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
+                __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast4(xb + 4 * j)),
+                                              _mm256_maddubs_epi16(a1, bcast4(xb + 4 * j + 4)));
+                __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(b0, bcast4(xb + 16 + 4 * j)),
+                                              _mm256_maddubs_epi16(b1, bcast4(xb + 16 + 4 * j + 4)));
+                ia[h][c] = _mm256_add_epi32(ia[h][c], _mm256_madd_epi16(pa, ones));
+                ib[h][c] = _mm256_add_epi32(ib[h][c], _mm256_madd_epi16(pb, ones));
+            }
+        }
+    for (int h = 0; h < H; h++) {
+        const int r = 8 * (h0 + h);
+        const __m256 d = halves8(w + 256 + 2 * r);
+        const __m256 dla = _mm256_mul_ps(d, bytes_s8(w + 32 * g + r)), dlb = _mm256_mul_ps(d, bytes_s8(w + 32 * g + 16 + r));
+        for (int c = 0; c < C; c++) {
+            const char *xr = x + c * xs;
+            __m256i sa, sbb;
+            half_sums(xr, b, &sa, &sbb);
+            __m256 ta = _mm256_mul_ps(dla, _mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], sa)));
+            __m256 t = _mm256_fmadd_ps(dlb, _mm256_cvtepi32_ps(_mm256_sub_epi32(ib[h][c], sbb)), ta);
+            acc[h][c] = _mm256_fmadd_ps(t, _mm256_set1_ps(kiln__q8_row_d(xr, k)[b]), acc[h][c]);
+        }
+    }
+}
+
+/* 8 outputs of a half, of which only `rows` (0..8) exist. */
+INLINE void store8(float *out, int rows, __m256 v) {
+    if (rows >= 8) {
+        _mm256_storeu_ps(out, v);
+    } else if (rows > 0) {
+        float t[8];
+        _mm256_storeu_ps(t, v);
+        memcpy(out, t, (size_t)rows * sizeof(float));
+    }
+}
+
+/* Halves [h0, h0 + H) of one group (rows of it valid) times C columns, every super-block. */
+INLINE void halves(int type, int H, int h0, int C, int64_t k, const unsigned char *w, const char *x, size_t xs,
+                   float *out, size_t os, int64_t rows) {
+    const int64_t bytes = type == KILN_TYPE_Q4_K ? Q4K_BYTES : Q6K_BYTES;
+    __m256 acc[2][CMAX];
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < C; c++) acc[h][c] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < k / KILN_QK_K; sb++)
+        for (int g = 0; g < 8; g++) {
+            if (type == KILN_TYPE_Q4_K) q4_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
+            else q6_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
+        }
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < C; c++) store8(out + c * os + 8 * (h0 + h), (int)(rows - 8 * (h0 + h)), acc[h][c]);
+}
+
+#define HALF_CASE(n) case n: halves(type, 1, h, n, k, wg, xc, xs, o, os, rows); break;
+
+INLINE void packed(int type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+                   float *out, size_t os) {
+    for (int64_t g = 0; g * 16 < nr; g++) {
+        const unsigned char *wg = (const unsigned char *)w + g * ws;
+        int64_t rows = nr - g * 16 < 16 ? nr - g * 16 : 16;
+        if (nc == 1) {
+            halves(type, 2, 0, 1, k, wg, x, xs, out + g * 16, os, rows);
+            continue;
+        }
+        for (int h = 0; h < 2 && 8 * h < rows; h++)
+            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {
+                const char *xc = (const char *)x + c0 * xs;
+                float *o = out + c0 * os + g * 16;
+                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {
+                    HALF_CASE(4) HALF_CASE(3) HALF_CASE(2) HALF_CASE(1)
+                }
+            }
+    }
+}
+
+KILN_AVX2 static void packed_q4_k(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                                  int64_t nc, float *out, size_t os) {
+    packed(KILN_TYPE_Q4_K, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+KILN_AVX2 static void packed_q6_k(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                                  int64_t nc, float *out, size_t os) {
+    packed(KILN_TYPE_Q6_K, k, w, ws, nr, x, xs, nc, out, os);
+}
+
+void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t) {
+    t->mm_packed[KILN_TYPE_Q4_K] = packed_q4_k;
+    t->mm_packed[KILN_TYPE_Q6_K] = packed_q6_k;
+}
+
+#else
+void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t) { (void)t; }
+#endif
