@@ -154,6 +154,7 @@ _PROTOTYPES = {
     "kiln_model_destroy": (None, [model_p]),
     "kiln_model_gguf": (gguf_p, [model_p]),
     "kiln_model_vocab": (vocab_p, [model_p]),
+    "kiln_model_backends": (c_char_p, [model_p]),
     "kiln_model_n_ctx_train": (c_int32, [model_p]),
     "kiln_model_n_vocab": (c_int32, [model_p]),
     "kiln_model_n_embd": (c_int32, [model_p]),

@@ -69,7 +69,10 @@ class Llama:
             None = f32, Kiln's default.
         verbose: print the runtime's log and the ignored arguments to stderr.
         devices: Kiln's backend list ("cpu" by default), as kiln_model_params.devices.
-        **kwargs: other llama-cpp-python arguments (n_gpu_layers, use_mmap, flash_attn, ...) are
+        n_gpu_layers: llama-cpp-python's: 0 (the default) keeps every layer on the CPU unless devices names
+            a device (then every layer runs there); -1 puts all of them, N the last N, on a GPU (devices
+            "auto" unless devices names one), as kiln_model_params.gpu_layers.
+        **kwargs: other llama-cpp-python arguments (use_mmap, flash_attn, ...) are
             accepted and ignored; with verbose, a warning names them.
 
     Raises:
@@ -91,6 +94,7 @@ class Llama:
         type_v: Optional[int] = None,
         verbose: bool = True,
         devices: Optional[str] = None,
+        n_gpu_layers: int = 0,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[Model] = None
@@ -102,7 +106,12 @@ class Llama:
             names = ", ".join(sorted(kwargs))
             warnings.warn(f"kiln.Llama ignores these llama-cpp-python arguments: {names}", stacklevel=2)
         kv_type = self._kv_type(type_k, type_v)
-        self._model = Model(model_path, n_threads=n_threads, devices=devices)
+        # n_gpu_layers 0 with devices named keeps Kiln's meaning of devices (every layer there); without
+        # devices it is the CPU alone, as in llama-cpp-python.
+        gpu_layers = 0 if n_gpu_layers <= 0 else int(n_gpu_layers)  # kiln: 0 = every layer
+        if n_gpu_layers != 0:
+            devices = devices or "auto"
+        self._model = Model(model_path, n_threads=n_threads, devices=devices, gpu_layers=gpu_layers)
         self.embedding = bool(embedding) or not self._model.is_causal
         log = (lambda line: print(f"kiln: {line}", file=sys.stderr)) if verbose else None
         n_ctx = n_ctx if n_ctx > 0 else self._model.n_ctx_train

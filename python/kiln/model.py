@@ -78,6 +78,7 @@ class Model(Handle):
         n_threads: Optional[int] = None,
         devices: Optional[str] = None,
         progress: Optional[Callable[[int, int], None]] = None,
+        gpu_layers: int = 0,
     ) -> None:
         self._handle: Optional[int] = None
         self._contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
@@ -85,6 +86,7 @@ class Model(Handle):
         params = lib.kiln_model_params_default()
         params.n_threads = int(n_threads or 0)
         params.devices = devices.encode("utf-8") if devices else None
+        params.gpu_layers = int(gpu_layers)
         if progress is not None:
             self._progress_cb = _lib.progress_fn(lambda _user, done, total: progress(int(done), int(total)))
             params.progress = self._progress_cb
@@ -92,6 +94,11 @@ class Model(Handle):
         check(lib.kiln_model_load_ex(os.fsencode(self.path), byref(params), byref(handle)))
         self._handle = handle.value
         self._vocab = lib.kiln_model_vocab(self._handle)
+
+    @property
+    def backends(self) -> str:
+        """What runs the model, e.g. "vulkan:0 (llvmpipe ...),cpu" (kiln_model_backends)."""
+        return (lib.kiln_model_backends(self.handle) or b"").decode("utf-8", "replace")
 
     # -- lifetime --------------------------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import kiln
 
 SCRIPT = textwrap.dedent(
@@ -59,3 +61,20 @@ def test_a_llama_cpp_python_script_runs_with_kiln_aliased(tmp_path, model_path):
     assert lines[0] == f"TEXT {c['text']!r} {c['finish_reason']} {want['usage']['completion_tokens']}"
     assert lines[1:] == ["SAME True", "CHAT assistant str", "CHUNKS True", "ROUNDTRIP True 256 512"]
     assert done.stderr == b""  # verbose=False: nothing on stderr
+
+
+def test_n_gpu_layers_puts_the_last_layers_on_the_device_and_keeps_the_greedy_text(model_path):
+    """llama-cpp-python's n_gpu_layers maps to kiln_model_params.gpu_layers: the last N layers on the named
+    device (lavapipe on a machine without a GPU), the rest on the CPU, the same greedy text as the CPU."""
+    cpu = kiln.Llama(model_path, verbose=False, seed=1)
+    assert cpu._model.backends == "cpu"
+    want = cpu("Once upon a time", max_tokens=24, temperature=0.0)["choices"][0]["text"]
+    cpu.close()
+    for n in (2, -1):
+        llm = kiln.Llama(model_path, verbose=False, seed=1, n_gpu_layers=n, devices="vulkan")
+        got = llm("Once upon a time", max_tokens=24, temperature=0.0)["choices"][0]["text"]
+        if not llm._model.backends.startswith("vulkan"):  # built without Vulkan, or no device: the CPU
+            llm.close()
+            pytest.skip(f"no Vulkan device ({llm._model.backends})")
+        llm.close()
+        assert got == want, (n, got, want)
