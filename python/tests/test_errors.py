@@ -86,7 +86,7 @@ def test_the_abort_callback_stops_a_decode(llm):
 
 
 def test_ignored_llama_cpp_arguments_warn_only_when_verbose(model_path, recwarn):
-    kiln.Llama(model_path, n_gpu_layers=-1, use_mmap=True, verbose=False).close()
+    kiln.Llama(model_path, use_mmap=True, flash_attn=True, verbose=False).close()
     assert not recwarn.list
-    with pytest.warns(UserWarning, match="n_gpu_layers"):
-        kiln.Llama(model_path, n_gpu_layers=-1, verbose=True).close()
+    with pytest.warns(UserWarning, match="use_mmap"):
+        kiln.Llama(model_path, use_mmap=True, verbose=True).close()
