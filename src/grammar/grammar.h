@@ -27,6 +27,9 @@
 #define KG_MAX_TEXT (4u << 20)     /* bytes of grammar text */
 #define KG_MAX_DEPTH 1024u         /* positions on one parse stack while matching */
 #define KG_MAX_STACKS 4096u        /* parse stacks alive at once while matching */
+#define KG_MAX_STEPS (1u << 20)    /* expansion steps to match one character: nested nullable groups can
+                                    * make the expansion exponential in the nesting (a 664-byte grammar
+                                    * found by fuzz_grammar took a minute), so the work is bounded */
 
 typedef enum kg_type {
     KG_END = 0,       /* end of a rule */
@@ -87,6 +90,7 @@ typedef struct kg_work {
     uint32_t n_slots, gen;
     size_t building; /* where the set being built starts */
     uint32_t building_count;
+    uint32_t steps; /* expansion steps of the set being built (KG_MAX_STEPS) */
     kiln_status st; /* sticky: out of memory, or a limit of grammar.h passed */
 } kg_work;
 

@@ -133,6 +133,7 @@ static bool grow_arena(kg_work *w, size_t need) {
 static void begin_set(kg_work *w) {
     w->building = w->len;
     w->building_count = 0;
+    w->steps = 0;
     if (++w->gen == 0) {
         memset(w->slot_gen, 0, w->n_slots * sizeof *w->slot_gen);
         w->gen = 1;
@@ -203,6 +204,14 @@ static bool push_path(kg_work *w, uint32_t at, uint32_t pos, uint32_t *saved) {
 /* Expand the stack path[0..n) + [pos] into the set being built (path[0..n) is left as it was). */
 static void expand(kg_work *w, uint32_t n, uint32_t pos) {
     const kg_elem *e = w->g->elems;
+    if (w->st != KILN_OK) return;
+    if (++w->steps > KG_MAX_STEPS) {
+        w->st = kiln__error(KILN_E_UNSUPPORTED,
+                            "grammar: more than %u expansion steps for one character (the grammar is too "
+                            "ambiguous: nested optional or repeated groups)",
+                            KG_MAX_STEPS);
+        return;
+    }
     while (kg_is_rule_end(e[pos].type)) {
         if (n == 0) {
             add_stack(w, 0);
