@@ -2,10 +2,12 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 int harness_check_failures = 0;
 static int passed = 0, failed = 0;
@@ -345,4 +347,22 @@ void harness_golden_load(const char *section, harness_golden *g) {
     g->n_prompt = harness_json_ids(json, section, "\"prompt_ids\"", g->prompt, 16);
     g->n_ids = harness_json_ids(json, section, "\"token_ids\"", g->ids, 256);
     free(json);
+}
+
+int harness_run_command(const char *cmd, const char *errpath, char *out, size_t out_cap, char *err,
+                        size_t err_cap) {
+    char full[8192];
+    size_t n = 0;
+    out[0] = err[0] = '\0';
+    snprintf(full, sizeof full, "%s 2>'%s'", cmd, errpath);
+    FILE *p = popen(full, "r");
+    CHECK(p != NULL);
+    if (!p) return -1;
+    n = fread(out, 1, out_cap - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    char *e = harness_read_file(errpath, &n);
+    snprintf(err, err_cap, "%s", e ? e : "");
+    free(e);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -26,6 +26,10 @@ void harness_fail(const char *file, int line, const char *fmt, ...);
 
 /* Read a whole file into a malloc'd buffer (NUL-terminated); NULL on failure. */
 char *harness_read_file(const char *path, size_t *size);
+/* Run shell command cmd with its stderr sent to the file errpath; capture up to out_cap - 1 bytes of stdout
+ * into out and of stderr into err (both NUL-terminated), and return the exit code (-1: not exited). */
+int harness_run_command(const char *cmd, const char *errpath, char *out, size_t out_cap, char *err,
+                        size_t err_cap);
 /* Path under the test data folder, in a static buffer per call site slot. */
 const char *harness_data_path(const char *relative);
 /* The index of the largest of x[0..n) (the first on ties): a greedy step. */

@@ -29,20 +29,9 @@ typedef struct run_result {
  * capture stdout, stderr and the exit code. */
 static void kiln_env(run_result *r, const char *env, const char *args) {
     char cmd[4096], errpath[512];
-    FILE *p;
-    size_t n;
     snprintf(errpath, sizeof errpath, "%s/cli_stderr.txt", KILN_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>'%s'", env, KILN_CLI_PATH, args, errpath);
-    p = popen(cmd, "r");
-    CHECK(p != NULL);
-    if (!p) return;
-    n = fread(r->out, 1, sizeof r->out - 1, p);
-    r->out[n] = '\0';
-    int status = pclose(p);
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    char *err = harness_read_file(errpath, &n);
-    snprintf(r->err, sizeof r->err, "%s", err ? err : "");
-    free(err);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s", env, KILN_CLI_PATH, args);
+    r->code = harness_run_command(cmd, errpath, r->out, sizeof r->out, r->err, sizeof r->err);
 }
 
 static void kiln(run_result *r, const char *args) { kiln_env(r, "", args); }

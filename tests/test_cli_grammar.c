@@ -7,7 +7,6 @@
 #include "harness.h"
 
 #include <stdlib.h>
-#include <sys/wait.h>
 
 typedef struct run_result {
     char out[8192];
@@ -17,19 +16,9 @@ typedef struct run_result {
 
 static void kiln(run_result *r, const char *args) {
     char cmd[4096], errpath[512];
-    size_t n;
     snprintf(errpath, sizeof errpath, "%s/cli_grammar_stderr.txt", KILN_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' %s 2>'%s'", KILN_CLI_PATH, KILN_MODEL_PATH, args, errpath);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    if (!p) return;
-    n = fread(r->out, 1, sizeof r->out - 1, p);
-    r->out[n] = '\0';
-    int status = pclose(p);
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    char *err = harness_read_file(errpath, &n);
-    snprintf(r->err, sizeof r->err, "%s", err ? err : "");
-    free(err);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' %s", KILN_CLI_PATH, KILN_MODEL_PATH, args);
+    r->code = harness_run_command(cmd, errpath, r->out, sizeof r->out, r->err, sizeof r->err);
 }
 
 static void write_file(const char *name, const char *text, char *path, size_t cap) {
