@@ -24,7 +24,7 @@
  * accepted batch has logits exactly for the tokens that asked. Seeds: corpus/batch; dictionary batch.dict.
  */
 #include "kiln.h"
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include <stdio.h>
 #include <stdlib.h>

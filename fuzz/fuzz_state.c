@@ -13,7 +13,7 @@
  * leak or trap is a bug. Seeds: corpus/state (gen_state_corpus.c); dictionary state.dict.
  */
 #include "kiln.h"
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include <stdio.h>
 #include <stdlib.h>

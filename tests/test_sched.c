@@ -10,7 +10,7 @@
 #include "harness.h"
 #include "graph_run.h"
 
-#include "runtime/compile.h"
+#include "runtime/context.h"
 #include "runtime/sched.h"
 
 #include "core/core.h"
@@ -650,20 +650,19 @@ static void model_logits_are_bit_identical_with_the_fused_ops_offloaded(void) {
     for (int32_t n = 1; n <= 7; n += 6) {
         kiln_graph *g;
         run_result ref, got;
-        const kiln_compiled *plan = NULL;
+        const kiln_program_plan *plan;
         for (int32_t i = 0; i < n; i++) tokens[i] = (i * 37 + 1) % kiln_model_n_vocab(m);
         CHECK_OK(kiln_ctx_decode(ctx, tokens, n, &logits));
-        for (int i = 0; i < KILN_PLAN_CACHE; i++)
-            if (ctx->plans[i].n_tokens && ctx->plans[i].last_used == ctx->clock) plan = &ctx->plans[i];
+        plan = kiln__program_last(ctx->program); /* the plan that decode ran */
         CHECK(plan != NULL);
         if (!plan) break;
         memset(&ref, 0, sizeof ref);
         memset(&got, 0, sizeof got);
-        CHECK_OK(kiln__compile_graph(ctx, plan->n_tokens, plan->n_outputs, true, &g, NULL));
-        run_planned(g, list + 1, 1, plan->n_tokens, &ref, NULL);
+        CHECK_OK(kiln__program_graph(ctx->program, plan->key, true, &g, NULL));
+        run_planned(g, list + 1, 1, (int32_t)plan->key[0], &ref, NULL);
         kiln__graph_destroy(g);
-        CHECK_OK(kiln__compile_graph(ctx, plan->n_tokens, plan->n_outputs, true, &g, NULL));
-        run_planned(g, list, 2, plan->n_tokens, &got, NULL);
+        CHECK_OK(kiln__program_graph(ctx->program, plan->key, true, &g, NULL));
+        run_planned(g, list, 2, (int32_t)plan->key[0], &got, NULL);
         kiln__graph_destroy(g);
         check_same(&ref, &got, n == 1 ? "stories260K, 1 token" : "stories260K, 7 tokens");
         /* min_batch 2: a single token stays on the CPU; a batch of 7 (bucket 8) spreads over both. */

@@ -14,7 +14,7 @@
  * is refused with a named error and changes nothing in the context.
  */
 #include "harness.h"
-#include "runtime/compile.h" /* the Vulkan test checks where the cache lives */
+#include "runtime/context.h" /* the Vulkan test checks where the cache lives */
 
 #include <math.h>
 #include <stdlib.h>

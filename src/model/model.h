@@ -99,10 +99,16 @@ struct kiln_model {
     kiln_ffn_kind ffn;
     kiln_layer *layers;           /* [L] */
     uint64_t weight_bytes;
-    struct kiln_engine *engine;   /* the backends, prepared weights and constants every context shares */
+    struct kiln_engine *engine;   /* the backends, prepared weights and constants every context shares:
+                                   * given by the runtime (runtime/model_load.c); opaque here */
 };
 
 static inline bool kiln__has(const kiln_tensor_info *w) { return w->name != NULL; }
+
+/* The model's data from the GGUF file at path: architecture, hyperparameters, vocabulary, every weight
+ * found and checked (no engine: runtime/model_load.c adds it). kiln__model_close frees what open made. */
+kiln_status kiln__model_open(const char *path, kiln_model **out);
+void kiln__model_close(kiln_model *m);
 
 /* Read and check the hyperparameters of architecture `arch` (the "<arch>." keys). */
 kiln_status kiln__hparams_read(const kiln_gguf *gguf, const char *arch, kiln_hparams *hp);

@@ -2,7 +2,7 @@
  * batch.c - the public batch type and the KV-cache calls of a context: argument checks at the boundary,
  * then the cell table (kv_cache.c).
  */
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include "core/core.h"
 

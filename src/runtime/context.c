@@ -1,7 +1,7 @@
 /*
  * context.c - an inference context: the KV cache (its cell table and its buffer), the inputs and outputs
- * of a batch, and the plans compiled for it (compile.c). The engine (backends, prepared weights,
- * constants) belongs to the model and is borrowed.
+ * of a batch, and the program that computes it (lm_program.c, on program.h). The engine (backends,
+ * prepared weights, constants) belongs to the model and is borrowed.
  *
  * kiln_ctx_decode_batch validates the whole batch first, finds free cells for its tokens, fills the
  * inputs (ids, positions, cells, the attention mask, which tokens want logits), takes the plan for its
@@ -12,7 +12,7 @@
  * An embeddings context (an encoder's) computes every token's final hidden state instead of logits; the
  * batch's sequences are pooled into embeddings (embed.c) and their cells released when it ends.
  */
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include "core/core.h"
 #include "tensor/types.h"
@@ -89,13 +89,8 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     size_t T;
     kiln_status s;
     if ((s = check_params(c->model, p))) return s;
-    if ((s = kiln__passes_parse(p->passes && *p->passes ? p->passes : "all", &c->passes))) return s;
-    if (p->no_fuse) c->passes = kiln__passes_without_fusions(c->passes);
-    c->check_passes = p->check_passes;
     c->abort_fn = p->abort_fn;
     c->abort_user = p->abort_user;
-    c->log = p->log;
-    c->log_user = p->log_user;
     c->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     c->n_batch = KILN__MIN(p->n_batch ? p->n_batch : DEFAULT_BATCH, c->n_ctx);
     c->n_seq_max = p->n_seq_max ? p->n_seq_max : 1;
@@ -129,7 +124,7 @@ static kiln_status ctx_init(kiln_ctx *c, const kiln_ctx_params *p) {
     if (!c->ids || !c->pos || !c->cell_of || !c->seq || !c->out_ids || !c->out_row || !c->scratch_pos ||
         !c->scratch_seq || !c->scratch_logits)
         return kiln__nomem("context buffers");
-    return KILN_OK;
+    return kiln__lm_program_create(c, p);
 }
 
 kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *params, kiln_ctx **out) {
@@ -152,13 +147,10 @@ kiln_status kiln_ctx_create(const kiln_model *model, const kiln_ctx_params *para
 
 void kiln_ctx_destroy(kiln_ctx *c) {
     if (!c) return;
-    for (int i = 0; i < KILN_PLAN_CACHE; i++)
-        kiln__compiled_free(&c->plans[i]);
     pthread_mutex_lock(&c->engine->lock); /* device buffers go back to pools other contexts use */
+    kiln__program_destroy(c->program);
     if (c->kv.backend) kiln__backend_buffer_free(c->kv.backend, &c->kv);
     if (c->kv_host.backend) kiln__backend_buffer_free(c->kv_host.backend, &c->kv_host);
-    for (int32_t i = 0; i < c->engine->n_backends; i++)
-        kiln__backend_buffer_free(c->engine->backends[i], &c->arenas[i]);
     pthread_mutex_unlock(&c->engine->lock);
     kiln__kv_free(&c->cells);
     kiln__dealloc(c->ids);
@@ -259,7 +251,7 @@ static void fill_inputs(kiln_ctx *c, const kiln_batch *b, int32_t T, int32_t O) 
 }
 
 kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
-    kiln_compiled *plan = NULL;
+    kiln_program_plan *plan = NULL;
     int32_t T, O, n_out = 0;
     kiln_status s;
     if (!c || !b) return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_decode_batch: NULL argument");
@@ -273,13 +265,13 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
     O = KILN__MIN(kiln__bucket(c, KILN__MAX(n_out, 1)), T);
     if ((s = kiln__kv_find(&c->cells, b->n_tokens, c->cell_of))) return s;
     pthread_mutex_lock(&c->engine->lock);
-    s = kiln__ctx_plan(c, T, O, &plan);
+    s = kiln__lm_plan(c, T, O, &plan);
     if (!s) {
         kiln__kv_occupy(&c->cells, c->cell_of, b->pos, b->seq_id, b->n_tokens);
         fill_inputs(c, b, T, O);
         for (int32_t i = 0; i < c->engine->n_backends; i++)
             kiln__backend_set_abort(c->engine->backends[i], c->abort_fn, c->abort_user);
-        s = kiln__compiled_run(c, plan);
+        s = kiln__lm_run(c, plan);
         for (int32_t i = 0; i < c->engine->n_backends; i++)
             kiln__backend_set_abort(c->engine->backends[i], NULL, NULL);
         if (s || c->embeddings) kiln__kv_release(&c->cells, c->cell_of, b->n_tokens); /* see embed.c */
@@ -290,11 +282,11 @@ kiln_status kiln_ctx_decode_batch(kiln_ctx *c, const kiln_batch *b) {
         return s;
     }
     if (c->embeddings) {
-        kiln__embd_pool(c, b, plan->output->data);
+        kiln__embd_pool(c, b, kiln__program_output(plan, 0)->data);
         c->n_outputs = 0;
         return KILN_OK;
     }
-    c->logits = plan->output->data;
+    c->logits = kiln__program_output(plan, 0)->data;
     return KILN_OK;
 }
 
@@ -373,7 +365,7 @@ kiln_status kiln_ctx_decode(kiln_ctx *c, const int32_t *tokens, int32_t n, const
 }
 
 kiln_status kiln_ctx_plan_info(kiln_ctx *c, int32_t n_tokens, int32_t n_outputs, kiln_plan_info *out) {
-    kiln_compiled *plan;
+    kiln_program_plan *plan;
     int32_t count, T, O;
     const kiln_pass *passes = kiln__passes(&count);
     kiln_status s;
@@ -386,7 +378,7 @@ kiln_status kiln_ctx_plan_info(kiln_ctx *c, int32_t n_tokens, int32_t n_outputs,
     T = kiln__bucket(c, n_tokens);
     O = KILN__MIN(kiln__bucket(c, n_outputs), T);
     pthread_mutex_lock(&c->engine->lock);
-    s = kiln__ctx_plan(c, T, O, &plan);
+    s = kiln__lm_plan(c, T, O, &plan);
     pthread_mutex_unlock(&c->engine->lock);
     if (s) return s;
     memset(out, 0, sizeof *out);
@@ -422,7 +414,7 @@ kiln_status kiln_ctx_graph_dump(kiln_ctx *c, int32_t n_tokens, bool optimized, b
         return kiln__error(KILN_E_INVALID_ARG, "kiln_ctx_graph_dump: n_tokens %d must be in 1..n_batch (%d)",
                            n_tokens, c ? c->n_batch : 0);
     pthread_mutex_lock(&c->engine->lock);
-    s = kiln__compile_graph(c, n_tokens, 1, optimized, &g, NULL);
+    s = kiln__program_graph(c->program, (const int64_t[2]){n_tokens, 1}, optimized, &g, NULL);
     pthread_mutex_unlock(&c->engine->lock);
     if (s) return s;
     if (dot)

@@ -12,7 +12,7 @@
  * graph the same for every pooling and every mix of sequences, and needs no per-batch input beyond the
  * sequence ids the context already has.
  */
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include "core/core.h"
 

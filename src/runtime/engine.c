@@ -1,5 +1,5 @@
 /*
- * engine.c - the model's shared runtime (see engine.h): parses the device list, starts the backends with
+ * engine.c - the shared runtime of programs (see engine.h): parses the device list, starts the backends with
  * the CPU last, and owns the constant store.
  */
 #include "runtime/engine.h"
@@ -100,6 +100,8 @@ static kiln_status resolve_layers(kiln_engine *e, const kiln_model_params *p, co
                            "gpu_layers %d is not a layer count, KILN_GPU_LAYERS_NONE or _AUTO", n);
     e->first_layer = 0;
     if (n == 0 || e->n_backends == 1) return KILN_OK;
+    if (!l)
+        return kiln__error(KILN_E_INVALID_ARG, "gpu_layers %d: partial offload needs a model's layers", n);
     if (n == KILN_GPU_LAYERS_AUTO) {
         n = kiln__engine_fit_layers(device_memory(e->backends[0]), l);
         size_t used = strlen(e->note);

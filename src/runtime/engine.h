@@ -1,10 +1,11 @@
 /*
- * engine.h - what a model shares with every context made from it: the backends in priority order (the
- * CPU last), the weights they prepared (each backend keeps its own, found by tensor identity), the store
- * of folded constants, and the lock that lets one graph at a time use them.
+ * engine.h - what every program run on it shares (program.h): the backends in priority order (the CPU
+ * last), the weights they prepared (each backend keeps its own, found by tensor identity), the store of
+ * folded constants, and the lock that lets one program at a time use them.
  *
- * The engine is created by kiln_model_load_ex from kiln_model_params and destroyed with the model.
- * Contexts borrow it: they hold only their KV cache, plans, arenas and outputs.
+ * An engine belongs to no model: a loaded GGUF model gets one (runtime/model_load.c, from
+ * kiln_model_params, destroyed with the model) that its contexts borrow, each holding only its KV cache and
+ * its program; an imported graph can be given its own.
  */
 #ifndef KILN_RUNTIME_ENGINE_H
 #define KILN_RUNTIME_ENGINE_H
@@ -46,7 +47,8 @@ typedef struct kiln_engine_layers {
 int32_t kiln__engine_fit_layers(uint64_t mem, const kiln_engine_layers *l);
 
 /* Start the backends named by params->devices (see kiln_model_params in kiln.h) and resolve
- * params->gpu_layers against layers. mapping/mapping_size: the model file's read-only mapping (NULL when
+ * params->gpu_layers against layers (NULL for a client that is not a layered model: gpu_layers must then
+ * be 0). mapping/mapping_size: the model file's read-only mapping (NULL when
  * the model is not file-backed): the CPU backend hands those pages back once it has prepared a weight
  * from them. */
 kiln_status kiln__engine_create(const kiln_model_params *params, const kiln_engine_layers *layers,

@@ -16,7 +16,7 @@
  * plain decoding. Only the logits of a many-token batch may differ from a one-token step's in the last
  * bits (docs/runtime.md), so a near tie can in principle go the other way.
  */
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include "core/core.h"
 

@@ -18,7 +18,7 @@
  * Cache rows move through the buffer verbs under the engine lock: a device-resident cache is never
  * dereferenced.
  */
-#include "runtime/compile.h"
+#include "runtime/context.h"
 
 #include "core/core.h"
 #include "tensor/types.h"

@@ -1,10 +1,12 @@
 /*
  * cpu_features.c - CPU detection (cpuid, xgetbv, and the Linux AMX permission request) and the active
- * kernel level. See cpu_features.h. aarch64 reads its features from the kernel's hardware capabilities
+ * kernel level, with its public switch (kiln_set_cpu_level). See cpu_features.h. aarch64 reads its features from the kernel's hardware capabilities
  * (getauxval(AT_HWCAP)), which is what the kernel promises user space can run. On other architectures
  * every feature reads false and the level is the scalar reference.
  */
 #include "backend/cpu/cpu_features.h"
+
+#include "core/core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -196,3 +198,14 @@ bool kiln__cpu_level_parse(const char *name, kiln_cpu_level *out) {
         }
     return false;
 }
+
+/* The public level switch (kiln.h). */
+kiln_status kiln_set_cpu_level(const char *name) {
+    kiln_cpu_level level = kiln__cpu_max_level();
+    if (name && *name && strcmp(name, "auto") != 0 && !kiln__cpu_level_parse(name, &level))
+        return kiln__error(KILN_E_INVALID_ARG, "CPU level '%s' is not one of auto, ref, avx2, avx512, amx, neon", name);
+    kiln__cpu_force_level(level);
+    return KILN_OK;
+}
+
+const char *kiln_get_cpu_level(void) { return kiln__cpu_level_name(kiln__cpu_level()); }

@@ -1,38 +1,26 @@
 /*
- * compile.h - an inference context's private state and its compiled plans (context.c, compile.c).
+ * context.h - an inference context's private state (context.c) and its program (lm_program.c).
  *
- * A compiled plan is the forward graph for one bucket of batch size (tokens, and rows of logits) after the
- * pass pipeline, with its memory planned. Its inputs are leaves the context fills before each run: token
- * ids, positions, the KV cells the tokens are written to, the attention mask over every cell, and which
- * tokens' outputs to compute (logits, or an encoder's hidden states, which embed.c pools). Batches are padded up to the bucket: padding tokens write no cell, see no
- * key, and produce no logits that anyone reads. The context keeps up to KILN_PLAN_CACHE plans (least
- * recently used replaced); all share one arena per backend, grown to the largest.
+ * A context is the language-model client of a compiled program (program.h): the program's graph is the
+ * model's forward pass for one batch, keyed by (T, O): the batch's token bucket and its bucket of output
+ * rows. Its inputs are leaves the context fills before each run: token ids, positions, the KV cells the
+ * tokens are written to, the attention mask over every cell, and which tokens' outputs to compute (logits,
+ * or an encoder's hidden states, which embed.c pools); its one output is those rows. Batches are padded up
+ * to the bucket: padding tokens write no cell, see no key, and produce no logits that anyone reads. The
+ * KV cache is the context's own buffer, a leaf of every plan.
  */
-#ifndef KILN_RUNTIME_COMPILE_H
-#define KILN_RUNTIME_COMPILE_H
+#ifndef KILN_RUNTIME_CONTEXT_H
+#define KILN_RUNTIME_CONTEXT_H
 
 #include "model/model.h"
 
 #include "backend/backend.h"
-#include "graph/passes/passes.h"
-#include "plan/plan.h"
 #include "runtime/engine.h"
 #include "runtime/kv_cache.h"
+#include "runtime/program.h"
 
-#define KILN_PLAN_CACHE 8
-
-typedef struct kiln_compiled {
-    int32_t n_tokens;  /* the token bucket T; 0 = empty slot */
-    int32_t n_outputs; /* the logits bucket O (1 <= O <= T) */
-    kiln_graph *graph;
-    kiln_tensor *ids, *pos, *cells, *mask, *out_ids; /* the input leaves: [T], [T], [T], [C, T], [O] */
-    kiln_tensor *output; /* [V, O] logits, or [E, O] hidden states of an encoder; in host memory */
-    kiln_sched_plan *sched; /* which backend runs each node; the copies between them */
-    kiln_plan_stats plan;
-    kiln_pipeline_stats passes;
-    double compile_ms;
-    uint64_t last_used;
-} kiln_compiled;
+/* The program's inputs, in this order (kiln__program_bind). */
+enum { KILN_LM_IDS, KILN_LM_POS, KILN_LM_CELLS, KILN_LM_MASK, KILN_LM_OUT_IDS, KILN_LM_N_INPUTS };
 
 struct kiln_ctx {
     const kiln_model *model;
@@ -48,13 +36,9 @@ struct kiln_ctx {
     int32_t kv_first;
     kiln_type kv_type;
     size_t kv_row_bytes;
-    kiln_buffer arenas[KILN_MAX_BACKENDS]; /* planned intermediates per backend, shared by all plans */
-    kiln_pass_set passes;
-    bool check_passes;
+    kiln_program *program; /* the forward pass, compiled per (T, O) */
     kiln_abort_fn abort_fn;
     void *abort_user;
-    kiln_log_fn log;
-    void *log_user;
     bool embeddings;      /* the context pools hidden states into embeddings (embed.c), no logits */
     kiln_pooling pooling; /* embeddings: MEAN, CLS or LAST */
     /* Inputs of the current batch, sized for the largest bucket. */
@@ -70,22 +54,18 @@ struct kiln_ctx {
     int32_t *embd_tokens;               /* [n_seq_max] tokens each sequence had in it (0: no embedding) */
     int32_t *scratch_pos, *scratch_seq; /* [n_batch] the batches kiln_ctx_decode makes */
     int8_t *scratch_logits;
-    kiln_compiled plans[KILN_PLAN_CACHE];
-    uint64_t clock;
 };
 
 /* The bucket of a batch of n tokens (n <= n_batch): the next power of two, at most n_batch's. */
 int32_t kiln__bucket(const kiln_ctx *c, int32_t n);
 
-/* Build the graph for T tokens and O output rows into a new graph, optionally running the passes. */
-kiln_status kiln__compile_graph(kiln_ctx *c, int32_t T, int32_t O, bool optimize, kiln_graph **out,
-                                kiln_pipeline_stats *stats);
-/* The plan for buckets (T, O) from the cache, compiled if missing. Called with the engine lock held. */
-kiln_status kiln__ctx_plan(kiln_ctx *c, int32_t T, int32_t O, kiln_compiled **out);
-/* Point the plan's inputs at the context's buffers, commit it into the arena and compute. Called with
- * the engine lock held. */
-kiln_status kiln__compiled_run(kiln_ctx *c, kiln_compiled *plan);
-void kiln__compiled_free(kiln_compiled *plan);
+/* The context's program (lm_program.c): created by ctx_init once the buffers exist. */
+kiln_status kiln__lm_program_create(kiln_ctx *c, const kiln_ctx_params *p);
+/* The plan for buckets (T, O), compiled on first use; the mask buffer grown to T first. With the engine
+ * lock held. */
+kiln_status kiln__lm_plan(kiln_ctx *c, int32_t T, int32_t O, kiln_program_plan **out);
+/* Bind the context's input buffers to the plan and compute. With the engine lock held. */
+kiln_status kiln__lm_run(kiln_ctx *c, kiln_program_plan *plan);
 
 /* Embeddings (embed.c). Check the context parameters against the model and choose the pooling. */
 kiln_status kiln__embd_init(kiln_ctx *c, const kiln_ctx_params *p);
