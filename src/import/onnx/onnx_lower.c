@@ -272,31 +272,72 @@ static bool value_used(const kiln_onnx *m, const char *name) {
     return false;
 }
 
+/* A leaf of n floats of 1/n (a mean as a product), made once per length and kept by the lowering. */
+static kiln_tensor *mean_weights(lower *c, int64_t n) {
+    kiln__onnx_lowering *l = c->l;
+    float *data = NULL;
+    for (int32_t i = 0; i < l->n_consts && !data; i++)
+        if (l->consts[i].n == n) data = l->consts[i].data;
+    if (!data) {
+        if (l->n_consts == KILN_ONNX_MAX_CONSTS)
+            return fail(c, "over %d constant lengths", KILN_ONNX_MAX_CONSTS);
+        if (!(data = kiln__alloc_array((size_t)n, sizeof *data))) {
+            c->status = kiln__nomem("a LayerNormalization mean vector");
+            return NULL;
+        }
+        for (int64_t i = 0; i < n; i++)
+            data[i] = 1.0f / (float)n;
+        l->consts[l->n_consts++] = (struct kiln__onnx_const){n, data};
+    }
+    return kiln__graph_leaf(c->g, "mean_weights", KILN_TYPE_F32, 1, &n, data, KILN_TENSOR_WEIGHT);
+}
+
+/* Record output i of the node (beyond the first, which lower_node records). */
+static void put_output(lower *c, int32_t i, kiln_tensor *t) {
+    if (!t || i >= c->n->n_outputs || !c->n->outputs[i][0]) return;
+    kiln__tensor_set_name(t, "%s", c->n->outputs[i]);
+    c->l->vals[value_index(c->m, c->n->outputs[i])] = t;
+}
+
+/* LayerNormalization's Mean and InvStdDev of the rows xr [K, R...] as products with 1/K (Kiln has no
+ * reduction op), shaped as x with the normalized dims (Kiln dims 0 .. k-1) kept as 1. */
+static void layer_norm_stats(lower *c, kiln_tensor *x, kiln_tensor *xr, int k, float eps) {
+    kiln_graph *g = c->g;
+    int64_t ne[KILN_MAX_DIMS];
+    kiln_tensor *ones = mean_weights(c, xr->ne[0]), *mean, *d, *var, *inv;
+    if (!ones) return;
+    mean = kiln__matmul(g, ones, xr); /* [1, R...] */
+    d = kiln__sub(g, xr, mean);
+    var = kiln__matmul(g, ones, kiln__mul(g, d, d));
+    inv = kiln__unary(g, kiln__unary(g, kiln__scale(g, var, 1.0f, eps), KILN_UNARY_SQRT), KILN_UNARY_RECIP);
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        ne[i] = i < k ? 1 : x->ne[i];
+    put_output(c, 1, kiln__reshape(g, mean, x->n_dims, ne));
+    put_output(c, 2, kiln__reshape(g, inv, x->n_dims, ne));
+}
+
 /* LayerNormalization: Kiln's norm over the normalized dims (merged into one row when several), times
- * Scale, plus B. The Mean and InvStdDev outputs are not computed. */
+ * Scale, plus B; Mean and InvStdDev when the graph reads them. */
 static kiln_tensor *lower_layer_norm(lower *c) {
     kiln_graph *g = c->g;
-    kiln_tensor *x = operand(c, 0), *scale = operand(c, 1), *bias = operand(c, 2), *y;
+    kiln_tensor *x = operand(c, 0), *scale = operand(c, 1), *bias = operand(c, 2), *xr, *y;
     int32_t r = rank_of(c, c->n->inputs[0]);
     int64_t axis = attr_int(c->n, "axis", -1), ne[KILN_MAX_DIMS] = {1, 1, 1, 1};
     float eps = attr_float(c->n, "epsilon", 1e-5f);
     if (!x || !scale || c->status) return NULL;
-    for (int32_t i = 1; i < c->n->n_outputs; i++)
-        if (value_used(c->m, c->n->outputs[i])) return fail(c, "output %d (Mean or InvStdDev) is used", i);
     if (axis < 0) axis += r;
     int k = (int)(r - axis); /* Kiln dims 0 .. k-1 are normalized */
-    if (k > 1) {
-        for (int d = 0; d < KILN_MAX_DIMS; d++) {
-            if (d < k)
-                ne[0] *= x->ne[d];
-            else
-                ne[d - k + 1] = x->ne[d];
-        }
-        y = kiln__reshape(g, kiln__norm(g, kiln__reshape(g, x, KILN_MAX_DIMS - k + 1, ne), eps), x->n_dims,
-                          x->ne);
-    } else {
-        y = kiln__norm(g, x, eps);
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        if (d < k)
+            ne[0] *= x->ne[d];
+        else
+            ne[d - k + 1] = x->ne[d];
     }
+    xr = k > 1 ? kiln__reshape(g, x, KILN_MAX_DIMS - k + 1, ne) : x; /* [K, R...] */
+    y = k > 1 ? kiln__reshape(g, kiln__norm(g, xr, eps), x->n_dims, x->ne) : kiln__norm(g, x, eps);
+    if (value_used(c->m, c->n->n_outputs > 1 ? c->n->outputs[1] : "") ||
+        value_used(c->m, c->n->n_outputs > 2 ? c->n->outputs[2] : ""))
+        layer_norm_stats(c, x, xr, k, eps);
     y = broadcast(c, KILN_OP_MUL, y, scale);
     return bias ? broadcast(c, KILN_OP_ADD, y, bias) : y;
 }
@@ -533,6 +574,8 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
 
 void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
     if (!l) return;
+    for (int32_t i = 0; i < l->n_consts; i++)
+        kiln__dealloc(l->consts[i].data);
     kiln__dealloc(l->axis_sym);
     kiln__dealloc(l->vals);
     kiln__dealloc(l->sym_store);

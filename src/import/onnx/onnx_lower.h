@@ -21,7 +21,8 @@
 
 #include "graph/graph.h"
 
-#define KILN_ONNX_MAX_SYMS 8 /* dynamic dims of the fed inputs (the program's key length) */
+#define KILN_ONNX_MAX_SYMS 8    /* dynamic dims of the fed inputs (the program's key length) */
+#define KILN_ONNX_MAX_CONSTS 64 /* constants of the lowering's own (distinct lengths) */
 
 /* What the lowering knows of a model beyond the model itself: the key's layout and scratch. Built once per
  * session by kiln__onnx_lower_init; the builder reads it. */
@@ -32,6 +33,13 @@ typedef struct kiln__onnx_lowering {
     int8_t (*axis_sym)[KILN_MAX_ONNX_RANK]; /* [n_feed][axis]: the key entry of each fed input's dim, or -1 */
     kiln_tensor **vals;                     /* [n_values] scratch: each value's tensor while building */
     char (*sym_store)[KILN_MAX_NAME];       /* storage of the unnamed dims' names */
+    /* Constants the lowering makes (the 1/K vectors of LayerNormalization's Mean and InvStdDev), kept for
+     * every plan of the session: found by their length, made at most once each. */
+    struct kiln__onnx_const {
+        int64_t n;
+        float *data;
+    } consts[KILN_ONNX_MAX_CONSTS];
+    int32_t n_consts;
 } kiln__onnx_lowering;
 
 /* Check that the fed inputs can be run (float, rank <= 4, every dim known or dynamic) and lay out the
