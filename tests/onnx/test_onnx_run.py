@@ -285,3 +285,37 @@ def test_backend_node_tests_of_every_operator_kiln_runs(onnx_cache, capsys):
                   + "".join(f"\n    {name}: {why}" for name, why in failed[op]))
     unexpected = [f"{name}: {why}" for cases in failed.values() for name, why in cases if name not in KNOWN]
     assert not unexpected, "\n".join(unexpected)
+
+
+# ---- kiln onnx run ----
+
+def test_the_cli_runs_a_model_on_npy_inputs_and_writes_npy_outputs(kiln_cli, tmp_path):
+    import subprocess
+
+    model = encoder()
+    onnx.save(model, tmp_path / "enc.onnx")
+    x = RNG.standard_normal((2, 5, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run([kiln_cli, "onnx", "run", str(tmp_path / "enc.onnx"), "--input", f"x={tmp_path / 'x.npy'}",
+                        "--output-dir", str(tmp_path), "-t", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"y: [2, 5, 16] float -> {tmp_path}/y.npy" in r.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference(model, {"x": x})[0], rtol=tol(16), atol=tol(16))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not numpy", "not a .npy file"),
+    (b"\x93NUMPY\x01\x00\x40\x00{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", "header of 64 bytes"),
+    (b"\x93NUMPY\x01\x00\x10\x00{'descr': '>f4'}", "element type '>f4'"),
+    (b"\x93NUMPY\x01\x00\x3c\x00{'descr': '<f4', 'fortran_order': False, 'shape': (2, 16), }", "0 bytes of data, the shape needs 128"),
+    (b"\x93NUMPY\x04\x00\x00\x00", "format version 4.0"),
+])
+def test_the_cli_refuses_a_malformed_npy_file_by_name(kiln_cli, tmp_path, content, message):
+    import subprocess
+
+    onnx.save(mlp(17), tmp_path / "mlp.onnx")
+    (tmp_path / "x.npy").write_bytes(content)
+    r = subprocess.run([kiln_cli, "onnx", "run", str(tmp_path / "mlp.onnx"), "-i", str(tmp_path / "x.npy")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert message in r.stderr, r.stderr
