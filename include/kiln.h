@@ -861,8 +861,8 @@ kiln_status kiln_ctx_graph_dump(kiln_ctx *ctx, int32_t n_tokens, bool optimized,
 int32_t kiln_default_threads(void);
 
 /* ---------------------------------------------------------------------------------------------------
- * ONNX models: read, validated and shape-inferred at load (docs/onnx.md). Running them comes with the
- * generic program layer (the next step); today a loaded model answers what it holds.
+ * ONNX models: read, validated and shape-inferred at load (docs/onnx.md). A loaded model answers what it
+ * holds; a kiln_onnx_session (below) runs it.
  *
  * A model is a ModelProto (opsets 13 to 21 of the ai.onnx domain) whose every node is one of the
  * operators Kiln claims, with the attributes and types the ONNX specification gives them. Initializers may
