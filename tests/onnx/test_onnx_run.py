@@ -171,6 +171,45 @@ def test_layer_normalization_over_two_axes_flatten_squeeze_and_unsqueeze():
         check_against_ort(model, {"x": RNG.standard_normal((batch, 6, 4)).astype(np.float32)}, 24)
 
 
+def shape_arithmetic():
+    """What torch.onnx.export writes for x.view(b, t, 2, 8) and friends on a dynamic batch and sequence: the
+    reshape targets computed from Shape, Gather, Unsqueeze, Concat, Slice, Mul and Div at run time."""
+    i64 = lambda name, *v: nh.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        h.make_node("Gather", ["s", "one"], ["t"], axis=0),
+        h.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        h.make_node("Unsqueeze", ["t", "ax0"], ["t1"]),
+        h.make_node("Div", ["h16", "two"], ["half"]),
+        h.make_node("Concat", ["b1", "t1", "two1", "half"], ["shape4"], axis=0),
+        h.make_node("Reshape", ["x", "shape4"], ["x4"]),
+        h.make_node("Mul", ["b", "t"], ["bt"]),
+        h.make_node("Unsqueeze", ["bt", "ax0"], ["bt1"]),
+        h.make_node("Shape", ["x"], ["last"], start=-1),
+        h.make_node("Concat", ["bt1", "last"], ["flat_shape"], axis=0),
+        h.make_node("Reshape", ["x4", "flat_shape"], ["flat"]),
+        h.make_node("MatMul", ["flat", "w"], ["m"]),
+        h.make_node("Slice", ["s", "zero1", "two1"], ["bt_dims"]),
+        h.make_node("Concat", ["bt_dims", "minus1"], ["out_shape"], axis=0),
+        h.make_node("Reshape", ["m", "out_shape"], ["y"]),
+    ]
+    inits = [i64("zero", 0), i64("one", 1), i64("ax0", 0), i64("two", 2), i64("two1", 2), i64("zero1", 0),
+             i64("h16", 16), i64("minus1", -1), w("w", 16, 12)]
+    for t_ in inits[:2] + inits[3:4]:
+        t_.dims[:] = []  # scalars, as torch writes indices and divisors
+    return make(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 16])],
+                [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq", 12])], inits)
+
+
+def test_shape_arithmetic_on_dynamic_dims_is_evaluated_per_shape():
+    model = shape_arithmetic()
+    with kr.Session(model) as s:
+        for batch, seq in ((2, 3), (1, 7), (2, 3)):
+            check_against_ort(model, {"x": RNG.standard_normal((batch, seq, 16)).astype(np.float32)}, 16, s)
+        assert s.compiles() == 2
+
+
 def test_run_errors_name_the_input_and_what_differs():
     model = mlp(17)
     x = np.zeros((2, 16), np.float32)

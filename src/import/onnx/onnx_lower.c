@@ -89,13 +89,10 @@ static kiln_tensor *operand(lower *c, int32_t i) {
     return c->l->vals[k];
 }
 
-/* A constant integer input (a shape, axes): its elements, or NULL when it is not constant at load. */
+/* A constant integer input (a shape, axes): its elements, or NULL when it is neither constant at load nor
+ * computed from the key's shapes (onnx_lower_ints.c). */
 static const int64_t *const_ints(lower *c, int32_t i, int64_t *n) {
-    const char *name = i < c->n->n_inputs ? c->n->inputs[i] : "";
-    const kiln__onnx_value *v = name[0] ? kiln__onnx_value_find(c->m, name) : NULL;
-    if (!v || !v->init || v->init->type != KILN_ONNX_INT64) return NULL;
-    *n = (int64_t)v->init->n_elements;
-    return (const int64_t *)v->init->data;
+    return i < c->n->n_inputs ? kiln__onnx_ints_of(c->l, c->n->inputs[i], n) : NULL;
 }
 
 static int64_t attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt) {
@@ -380,7 +377,7 @@ static kiln_tensor *lower_reshape(lower *c) {
         return reshape_to(c, x, 2, out);
     }
     if (c->n->n_inputs > 1 && c->n->inputs[1][0] && !(v = const_ints(c, 1, &n)))
-        return fail(c, "its %s input is computed at run time (Kiln needs it constant at load)",
+        return fail(c, "its %s input is computed from tensor values (Kiln needs it from shapes)",
                     !strcmp(op, "Reshape") ? "shape" : "axes");
     if (!strcmp(op, "Reshape")) {
         int32_t infer = -1;
@@ -445,6 +442,7 @@ static kiln_status lower_node(lower *c, const kiln__onnx_node *n) {
     kiln_tensor *y;
     c->n = n;
     if (out0 && out0->init) return KILN_OK; /* a Constant, or computed at load (shape arithmetic) */
+    if (kiln__onnx_is_int_node(c->m, n)) return kiln__onnx_lower_ints(c->l, n);
     for (size_t i = 0; i < sizeof lowerings / sizeof lowerings[0] && !fn; i++)
         if (!strcmp(n->op_type, lowerings[i].op)) fn = lowerings[i].fn;
     if (!fn) return fail(c, "Kiln reads this operator but does not run it yet"), c->status;
@@ -486,6 +484,8 @@ kiln_status kiln__onnx_lower(kiln__onnx_lowering *l, kiln_graph *g, const int64_
     const kiln_onnx *m = l->m;
     kiln_status s;
     memset(l->vals, 0, (size_t)m->n_values * sizeof *l->vals);
+    memset(l->ints, 0, (size_t)m->n_values * sizeof *l->ints);
+    l->pool_used = 0;
     if ((s = declare_inputs(&c, key))) return s;
     for (int32_t i = 0; i < m->n_nodes; i++)
         if ((s = lower_node(&c, &m->nodes[m->order[i]]))) return s;
@@ -560,7 +560,11 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
     l->axis_sym = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->axis_sym);
     l->vals = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->vals);
     l->sym_store = kiln__calloc(KILN_ONNX_MAX_SYMS, sizeof *l->sym_store);
-    if (!l->axis_sym || !l->vals || !l->sym_store) return kiln__nomem("an ONNX lowering's tables");
+    l->ints = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->ints);
+    l->pool = kiln__alloc_array(KILN_ONNX_INT_POOL, sizeof *l->pool);
+    l->pool_cap = KILN_ONNX_INT_POOL;
+    if (!l->axis_sym || !l->vals || !l->sym_store || !l->ints || !l->pool)
+        return kiln__nomem("an ONNX lowering's tables");
     for (int32_t i = 0; i < m->n_feed; i++)
         if ((s = check_input(l, i))) return s;
     for (int32_t i = 0; i < m->n_outputs; i++) {
@@ -579,5 +583,7 @@ void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
     kiln__dealloc(l->axis_sym);
     kiln__dealloc(l->vals);
     kiln__dealloc(l->sym_store);
+    kiln__dealloc(l->ints);
+    kiln__dealloc(l->pool);
     memset(l, 0, sizeof *l);
 }

@@ -21,8 +21,9 @@
 
 #include "graph/graph.h"
 
-#define KILN_ONNX_MAX_SYMS 8    /* dynamic dims of the fed inputs (the program's key length) */
-#define KILN_ONNX_MAX_CONSTS 64 /* constants of the lowering's own (distinct lengths) */
+#define KILN_ONNX_MAX_SYMS 8         /* dynamic dims of the fed inputs (the program's key length) */
+#define KILN_ONNX_MAX_CONSTS 64      /* constants of the lowering's own (distinct lengths) */
+#define KILN_ONNX_INT_POOL (1 << 16) /* elements of host-computed shape values per key */
 
 /* What the lowering knows of a model beyond the model itself: the key's layout and scratch. Built once per
  * session by kiln__onnx_lower_init; the builder reads it. */
@@ -40,6 +41,13 @@ typedef struct kiln__onnx_lowering {
         float *data;
     } consts[KILN_ONNX_MAX_CONSTS];
     int32_t n_consts;
+    /* Integer shape values computed on the host for the key being lowered (onnx_lower_ints.c). */
+    struct kiln__onnx_ints {
+        const int64_t *v;
+        int64_t n;
+    } * ints;      /* [n_values] */
+    int64_t *pool; /* their elements */
+    int64_t pool_cap, pool_used;
 } kiln__onnx_lowering;
 
 /* Check that the fed inputs can be run (float, rank <= 4, every dim known or dynamic) and lay out the
@@ -52,6 +60,12 @@ int32_t kiln__onnx_lower_capacity(const kiln__onnx_lowering *l);
 
 /* Emit the graph for key (n_syms values, each >= 1) into g. */
 kiln_status kiln__onnx_lower(kiln__onnx_lowering *l, kiln_graph *g, const int64_t *key);
+
+/* Shape arithmetic (onnx_lower_ints.c): is n's output an integer value, evaluate it for the current key, and
+ * a value's elements when known (computed, or an int64 constant of rank <= 1; NULL otherwise). */
+bool kiln__onnx_is_int_node(const kiln_onnx *m, const kiln__onnx_node *n);
+kiln_status kiln__onnx_lower_ints(kiln__onnx_lowering *l, const kiln__onnx_node *n);
+const int64_t *kiln__onnx_ints_of(const kiln__onnx_lowering *l, const char *name, int64_t *n);
 
 /* The ONNX shape (rank and dims) of a Kiln tensor that holds a rank-r value. */
 void kiln__onnx_shape_of(const kiln_tensor *t, int32_t rank, int64_t *dims);
