@@ -387,8 +387,8 @@ static kiln_tensor *lower_reshape(lower *c) {
             out[ro] = v[ro] == 0 && !allowzero && ro < r ? in[ro] : v[ro];
             if (out[ro] == -1)
                 infer = ro;
-            else
-                known *= out[ro];
+            else if (out[ro] <= 0 || __builtin_mul_overflow(known, out[ro], &known))
+                return fail(c, "target dim %d is %lld", ro, (long long)out[ro]);
         }
         if (infer >= 0) out[infer] = known > 0 ? total / known : 0;
         return reshape_to(c, x, ro, out);

@@ -90,6 +90,8 @@ static int64_t slice_op(kiln__onnx_lowering *l, const kiln__onnx_node *n, const 
         return -1;
     int64_t step = sp ? sp[0] : 1, b = st[0], e = en[0];
     if (step == 0) return -1;
+    if (step > na) step = na + 1; /* the same elements, and i + step cannot overflow */
+    if (step < -na) step = -na - 1;
     if (b < 0) b += na;
     if (e < 0) e += na;
     if (step > 0) {
