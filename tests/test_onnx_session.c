@@ -2,7 +2,8 @@
  * test_onnx_session.c - kiln_onnx_session on a model written here byte by byte: y = Relu(x . W + b) with
  * x [batch, 3], W [3, 2], b [2]. Results at two batch sizes against the same product in double (float
  * sums of 3 terms: within 1e-6); a warmed-up run allocates nothing and compiles nothing; every refusal of a
- * run or an output read is a named error. The comparisons against onnxruntime are in tests/onnx
+ * run or an output read is a named error; every allocation failure while a session is made and first run
+ * is KILN_E_NOMEM with nothing leaked. The comparisons against onnxruntime are in tests/onnx
  * (test_onnx_run.py); this file is what the sanitizer build runs.
  */
 #include "harness.h"
@@ -163,15 +164,50 @@ static void bad_runs_and_reads_are_named_errors(void) {
     CHECK_EQ_INT(out.shape[0], 2);
     CHECK_EQ_INT(kiln_onnx_session_compiles(s), 1);
 done:
+    kiln_onnx_session_destroy(s);
     CHECK_STATUS(kiln_onnx_session_create(m, NULL, NULL), KILN_E_INVALID_ARG);
     CHECK_STATUS(kiln_onnx_session_create(NULL, NULL, &s), KILN_E_INVALID_ARG);
-    kiln_onnx_session_destroy(s);
+    CHECK(s == NULL);
     kiln_onnx_session_destroy(NULL);
     kiln_onnx_destroy(m);
+}
+
+typedef struct swept {
+    kiln_onnx *m;
+    kiln_onnx_session *s;
+} swept;
+
+static kiln_status load_swept(void *user) {
+    ((swept *)user)->m = load_mlp();
+    return ((swept *)user)->m ? KILN_OK : KILN_E_FORMAT;
+}
+
+/* Create a session and run it once (the first compile included). */
+static kiln_status create_and_run(void *user) {
+    swept *w = user;
+    float x[2 * 3] = {0};
+    kiln_onnx_buffer in = input("x", 2, x);
+    kiln_status st = kiln_onnx_session_create(w->m, NULL, &w->s);
+    return st ? st : kiln_onnx_session_run(w->s, &in, 1);
+}
+
+static void destroy_swept(void *user) {
+    swept *w = user;
+    kiln_onnx_session_destroy(w->s);
+    kiln_onnx_destroy(w->m);
+    w->s = NULL;
+    w->m = NULL;
+}
+
+static void every_allocation_failure_of_a_session_is_reported_as_nomem(void) {
+    swept w = {NULL, NULL};
+    harness_sweep sw = {"kiln_onnx_session_create + run", load_swept, create_and_run, destroy_swept, &w};
+    CHECK(harness_alloc_sweep(&sw) >= 10);
 }
 
 int main(void) {
     RUN(runs_at_each_batch_size_and_a_warm_run_allocates_nothing);
     RUN(bad_runs_and_reads_are_named_errors);
+    RUN(every_allocation_failure_of_a_session_is_reported_as_nomem);
     return harness_finish();
 }
