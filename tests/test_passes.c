@@ -149,6 +149,29 @@ static void absorb_turns_scales_and_transposes_into_linear_flags(void) {
     check_pass("absorb", build_absorb, KILN_OP_LINEAR, KILN_OP_CONT, 1e-5);
 }
 
+/* A transposed activation operand (an imported Q.K^T) larger than one tile block: N = 40 output rows (two
+ * blocks of 32, split by threads in 16s), K = 37, M = 70 columns (two blocks of 64). The linear node then
+ * gathers W^T into the thread's scratch and runs the F32 tile; every level this machine has is checked. */
+static float Big[40 * 37], Xbig[37 * 70];
+static kiln_tensor *build_absorb_big(kiln_graph *g) {
+    kiln_tensor *p = leaf(g, "p", Big, 2, 40, 37, 1, KILN_TENSOR_INPUT); /* stored [37 rows of 40] */
+    kiln_tensor *x = leaf(g, "x", Xbig, 2, 37, 70, 1, KILN_TENSOR_INPUT);
+    return kiln__matmul(g, kiln__cont(g, kiln__transpose(g, p)), x); /* [40, 70] */
+}
+static void absorb_of_a_transposed_operand_runs_the_tile_at_every_level(void) {
+    static const char *const levels[] = {"ref", "avx2", "avx512", "amx", "neon"};
+    for (int i = 0; i < 40 * 37; i++)
+        Big[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    for (int i = 0; i < 37 * 70; i++)
+        Xbig[i] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (kiln_set_cpu_level(levels[l]) != KILN_OK || strcmp(kiln_get_cpu_level(), levels[l]) != 0)
+            continue;
+        check_pass("absorb", build_absorb_big, KILN_OP_LINEAR, KILN_OP_CONT, 1e-5);
+    }
+    CHECK_OK(kiln_set_cpu_level("auto"));
+}
+
 /* The plain attention form the model builders emit, D = 16, Hq = 4, Hkv = 2, T = 3 queries over C = 7
  * cells, under the mask Mask [C, T]:
  *   softmax(scale(K^T Q) + mask) V, with K and V [D, Hkv, C] (F32, or reshaped casts of cache rows). */
@@ -361,6 +384,7 @@ int main(void) {
     RUN(absorb_leaves_a_transposed_weight_to_constant_folding);
     RUN(simplify_collapses_view_chains_and_drops_identity_copies);
     RUN(absorb_turns_scales_and_transposes_into_linear_flags);
+    RUN(absorb_of_a_transposed_operand_runs_the_tile_at_every_level);
     RUN(fuse_attention_replaces_the_masked_score_subgraph);
     RUN(fuse_attention_reads_f16_and_q8_0_cache_rows_in_place);
     RUN(fuse_attention_fuses_every_layer_that_shares_one_mask);
