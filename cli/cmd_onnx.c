@@ -1,8 +1,7 @@
 /*
  * cmd_onnx.c - `kiln onnx inspect`: load and validate an ONNX model and print its opset, its inputs and
  * outputs with element types and shapes (symbolic dimensions by name), how many nodes of each operator it
- * has and the bytes of its initializers, as text or JSON. Further subcommands (run, bench, quantize) come
- * with the program layer (docs/onnx.md).
+ * has and the bytes of its initializers, as text or JSON. `kiln onnx run` is cmd_onnx_run.c.
  */
 #include "common.h"
 
@@ -12,6 +11,7 @@
 
 static const char onnx_help[] =
     "usage: kiln onnx inspect [--json] FILE\n"
+    "       kiln onnx run MODEL --input NAME=FILE.npy ... [--output-dir DIR]   (kiln onnx run --help)\n"
     "\n"
     "Load an ONNX model (opsets 13 to 21, the operators in docs/onnx.md), validate it and infer its shapes,\n"
     "then print its IR version, opset and producer, its inputs and outputs (element type and shape; a\n"
@@ -149,6 +149,7 @@ int cmd_onnx(int argc, char **argv) {
         fputs(onnx_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
+    if (!strcmp(argv[1], "run")) return cmd_onnx_run(argc, argv);
     if (strcmp(argv[1], "inspect") != 0) return cli_usage_error("onnx", "unknown subcommand '%s'", argv[1]);
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

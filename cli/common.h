@@ -109,5 +109,6 @@ int cmd_batched_bench(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_onnx(int argc, char **argv);
+int cmd_onnx_run(int argc, char **argv); /* kiln onnx run (cmd_onnx_run.c) */
 
 #endif

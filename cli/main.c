@@ -27,7 +27,7 @@ static const command commands[] = {
     {"serve", cmd_serve, "serve a model over HTTP with OpenAI's API (chat, completions, streaming)"},
     {"synth", cmd_synth, "write a random-weight llama GGUF of a real model's shape"},
     {"devices", cmd_devices, "list the compute devices: the CPU and each Vulkan device with its features"},
-    {"onnx", cmd_onnx, "inspect an ONNX model: opset, inputs and outputs with shapes, operators, weights"},
+    {"onnx", cmd_onnx, "inspect an ONNX model (opset, inputs and outputs, operators, weights) or run it on .npy inputs"},
 };
 
 static void usage(FILE *out) {

@@ -861,8 +861,8 @@ kiln_status kiln_ctx_graph_dump(kiln_ctx *ctx, int32_t n_tokens, bool optimized,
 int32_t kiln_default_threads(void);
 
 /* ---------------------------------------------------------------------------------------------------
- * ONNX models: read, validated and shape-inferred at load (docs/onnx.md). Running them comes with the
- * generic program layer (the next step); today a loaded model answers what it holds.
+ * ONNX models: read, validated and shape-inferred at load (docs/onnx.md). A loaded model answers what it
+ * holds; a kiln_onnx_session (below) runs it.
  *
  * A model is a ModelProto (opsets 13 to 21 of the ai.onnx domain) whose every node is one of the
  * operators Kiln claims, with the attributes and types the ONNX specification gives them. Initializers may
@@ -989,6 +989,60 @@ kiln_status kiln_onnx_initializer(const kiln_onnx *model, int32_t i, kiln_onnx_t
 
 /* "float", "int64", "bool", ... as ONNX spells them; "undefined" for 0 and values it does not define. */
 const char *kiln_onnx_type_name(kiln_onnx_type type);
+
+/* ---- Running ONNX models -------------------------------------------------------------------------
+ * A session compiles a loaded model for Kiln's engine (its own threads and devices) and runs it with the
+ * caller's buffers. Dynamic dims (a symbolic batch or sequence length) are bound by the input shapes of
+ * each run; a plan is compiled once per combination of their values and kept (the least recently used is
+ * replaced past n_plans), so a shape seen before runs without compiling and without allocating.
+ * What runs (operators, types, ranks up to 4, broadcasting) is in docs/onnx.md; a model with anything
+ * else is refused by kiln_onnx_session_create or by the first run that compiles it, with a message naming
+ * the node and operator. A session borrows its model, which must outlive it. A session is not thread-safe:
+ * one run at a time; several sessions of one model may run in parallel.
+ * ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_onnx_session kiln_onnx_session;
+
+typedef struct kiln_onnx_session_params {
+    int32_t n_threads;   /* CPU threads; 0 = kiln_default_threads() */
+    const char *devices; /* backends, as kiln_model_params.devices; NULL or "" = "cpu" */
+    int32_t n_plans;     /* shapes kept compiled; 0 = 8 */
+} kiln_onnx_session_params;
+
+/* Defaults: every field zero or NULL. */
+kiln_onnx_session_params kiln_onnx_session_params_default(void);
+
+/* A tensor handed to or read from a run: name, element type, shape (ONNX order, outermost first) and
+ * bytes. Inputs are read in place during the run (data aligned to 4 bytes, dense, size bytes exactly). */
+typedef struct kiln_onnx_buffer {
+    const char *name;
+    kiln_onnx_type type;
+    int32_t rank;
+    int64_t shape[KILN_MAX_ONNX_RANK];
+    void *data;
+    size_t size;
+} kiln_onnx_buffer;
+
+/* Check that the model can run (input and output types and ranks) and start the engine. params may be
+ * NULL (the defaults). Operators are lowered when a shape is first run. */
+kiln_status kiln_onnx_session_create(const kiln_onnx *model, const kiln_onnx_session_params *params,
+                                     kiln_onnx_session **out);
+void kiln_onnx_session_destroy(kiln_onnx_session *session);
+
+/* Run with every input of kiln_onnx_input_count given once, by name, in any order. Errors name the input:
+ * an unknown or repeated name, a type, rank or fixed dim that differs from the model's, a dynamic dim bound
+ * to two values, a size that is not the shape's. */
+kiln_status kiln_onnx_session_run(kiln_onnx_session *session, const kiln_onnx_buffer *inputs, int32_t n_inputs);
+
+/* Output i (kiln_onnx_output's order) of the last run: out gets its name, type, shape and size, and data
+ * pointing at the result (valid until the next run or the session's end). When dst is not NULL the result
+ * is also copied there; KILN_E_RANGE if it holds fewer than out->size bytes. */
+kiln_status kiln_onnx_session_output(const kiln_onnx_session *session, int32_t i, void *dst, size_t dst_size,
+                                     kiln_onnx_buffer *out);
+
+/* Runs so far, and plans compiled for them (a run of a shape already compiled compiles nothing). */
+int64_t kiln_onnx_session_runs(const kiln_onnx_session *session);
+int64_t kiln_onnx_session_compiles(const kiln_onnx_session *session);
 
 #ifdef __cplusplus
 }

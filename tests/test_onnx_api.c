@@ -7,63 +7,9 @@
  * sanitizer build runs.
  */
 #include "harness.h"
+#include "onnx_craft.h"
 
 #include <stdlib.h>
-
-typedef struct buf {
-    uint8_t b[1024];
-    size_t n;
-} buf;
-
-static void put_varint(buf *o, uint64_t v) {
-    do {
-        o->b[o->n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-}
-
-static void put_key(buf *o, uint32_t field, uint32_t wire) {
-    put_varint(o, (uint64_t)field << 3 | wire);
-}
-
-static void put_int(buf *o, uint32_t field, uint64_t v) {
-    put_key(o, field, 0);
-    put_varint(o, v);
-}
-
-static void put_bytes(buf *o, uint32_t field, const void *p, size_t n) {
-    put_key(o, field, 2);
-    put_varint(o, n);
-    memcpy(o->b + o->n, p, n);
-    o->n += n;
-}
-
-static void put_str(buf *o, uint32_t field, const char *s) {
-    put_bytes(o, field, s, strlen(s));
-}
-
-static void put_msg(buf *o, uint32_t field, const buf *m) {
-    put_bytes(o, field, m->b, m->n);
-}
-
-/* ValueInfoProto: name, float tensor, dims given as a number or (value < 0) the symbol "batch". */
-static void put_value_info(buf *o, uint32_t field, const char *name, const int64_t *dims, int rank) {
-    buf vi = {{0}, 0}, type = {{0}, 0}, tensor = {{0}, 0}, shape = {{0}, 0};
-    for (int d = 0; d < rank; d++) {
-        buf dim = {{0}, 0};
-        if (dims[d] >= 0)
-            put_int(&dim, 1, (uint64_t)dims[d]);
-        else
-            put_str(&dim, 2, "batch");
-        put_msg(&shape, 1, &dim);
-    }
-    put_int(&tensor, 1, 1); /* FLOAT */
-    put_msg(&tensor, 2, &shape);
-    put_msg(&type, 1, &tensor);
-    put_str(&vi, 1, name);
-    put_msg(&vi, 2, &type);
-    put_msg(o, field, &vi);
-}
 
 static const float weights[6] = {1.0f, -2.0f, 0.5f, 3.0f, 0.25f, -1.0f};
 

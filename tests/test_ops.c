@@ -630,6 +630,73 @@ static void set_and_acc_replace_or_add_into_a_region(void) {
     }
 }
 
+
+/* ---- sub, div and the unary functions of imported graphs (ONNX), against libm in double ---- */
+typedef struct onnx_elem_case {
+    float a[13 * 7 * 3], b[13 * 7 * 3];
+    int64_t bne[4];
+    int op; /* 0 sub, 1 div, 2 + f: unary f */
+} onnx_elem_case;
+
+static kiln_tensor *build_onnx_elem(kiln_graph *g, void *user) {
+    onnx_elem_case *c = user;
+    kiln_tensor *a = leaf_f32(g, "a", 3, 13, 7, 3, 1, c->a);
+    if (c->op >= 2) return kiln__unary(g, a, c->op - 2);
+    kiln_tensor *b = leaf_f32(g, "b", 3, c->bne[0], c->bne[1], c->bne[2], 1, c->b);
+    return c->op ? kiln__div(g, a, b) : kiln__sub(g, a, b);
+}
+
+static double unary_ref(int fn, double x) {
+    switch (fn) {
+    case KILN_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case KILN_UNARY_ERF: return erf(x);
+    case KILN_UNARY_SQRT: return sqrt(x);
+    case KILN_UNARY_EXP: return exp(x);
+    case KILN_UNARY_LOG: return log(x);
+    case KILN_UNARY_NEG: return -x;
+    case KILN_UNARY_RECIP: return 1.0 / x;
+    default: return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); /* KILN_UNARY_GELU_ERF */
+    }
+}
+
+/* Sub and div broadcast their second operand as add does; each unary function is within TOL (relative
+ * above 1) of the double-precision value: libm's float functions are within a few ulps. Sqrt and log get
+ * positive inputs, recip inputs away from zero. */
+static void sub_div_and_unary_functions_match_libm(void) {
+    static onnx_elem_case c;
+    static float out[13 * 7 * 3];
+    static double ref[13 * 7 * 3];
+    static const int64_t shapes[2][4] = {{13, 7, 3, 1}, {13, 1, 3, 1}};
+    const int n = 13 * 7 * 3;
+    fill_random(c.a, (size_t)n, 21);
+    fill_random(c.b, (size_t)n, 22);
+    for (int i = 0; i < n; i++) c.b[i] = c.b[i] >= 0 ? c.b[i] + 0.5f : c.b[i] - 0.5f; /* no divisor near 0 */
+    for (int k = 0; k < 4; k++) {
+        memcpy(c.bne, shapes[k % 2], sizeof c.bne);
+        c.op = k / 2;
+        run_all_threads(build_onnx_elem, &c, out, (size_t)n);
+        for (int i2 = 0; i2 < 3; i2++)
+            for (int i1 = 0; i1 < 7; i1++)
+                for (int i0 = 0; i0 < 13; i0++) {
+                    int ia = (i2 * 7 + i1) * 13 + i0, ib = (i2 * (int)c.bne[1] + i1 % (int)c.bne[1]) * 13 + i0;
+                    ref[ia] = c.op ? (double)c.a[ia] / c.b[ib] : (double)c.a[ia] - c.b[ib];
+                }
+        check_close(out, ref, (size_t)n, TOL, c.op ? "div" : "sub");
+    }
+    for (int fn = 0; fn < KILN_UNARY_COUNT; fn++) {
+        fill_random(c.a, (size_t)n, 30 + (uint64_t)fn);
+        for (int i = 0; i < n; i++) {
+            c.a[i] *= 4.0f;
+            if (fn == KILN_UNARY_SQRT || fn == KILN_UNARY_LOG) c.a[i] = fabsf(c.a[i]) + 1e-3f;
+            if (fn == KILN_UNARY_RECIP) c.a[i] = c.b[i];
+        }
+        c.op = 2 + fn;
+        run_all_threads(build_onnx_elem, &c, out, (size_t)n);
+        for (int i = 0; i < n; i++) ref[i] = unary_ref(fn, c.a[i]);
+        check_close(out, ref, (size_t)n, TOL, "unary");
+    }
+}
+
 int main(void) {
     RUN(rms_norm_silu_and_softmax_match_the_reference);
     RUN(add_and_mul_broadcast_the_second_operand);
@@ -644,5 +711,6 @@ int main(void) {
     RUN(cache_write_puts_each_row_in_its_cell_and_skips_padding_rows);
     RUN(set_and_acc_replace_or_add_into_a_region);
     RUN(attention_reads_f16_and_q8_0_cache_rows_in_place_under_a_mask);
+    RUN(sub_div_and_unary_functions_match_libm);
     return harness_finish();
 }

@@ -5,6 +5,7 @@ Two layers over libkiln.so (loaded with ctypes, see kiln._lib):
     the same names, defaults and OpenAI-style dicts);
   - Kiln's own API: Model, Context, Batch, Sampler, Detokenizer, ChatTemplate, with logits and
     embeddings as numpy views of the library's buffers.
+  - kiln.InferenceSession: ONNX models with onnxruntime's names (get_inputs, get_outputs, run).
 Failures raise KilnError subclasses that carry the library's message and status name. See
 docs/python.md.
 """
@@ -26,6 +27,7 @@ from .errors import (
 from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
 from .model import Batch, Context, Model, default_threads
+from .onnx import InferenceSession, NodeArg, SessionOptions
 from .sampler import Sampler
 from .tokenizer import Detokenizer
 
@@ -39,6 +41,7 @@ __all__ = [
     "ContextFullError",
     "Detokenizer",
     "FormatError",
+    "InferenceSession",
     "InternalError",
     "InvalidArgumentError",
     "KilnError",
@@ -48,10 +51,12 @@ __all__ = [
     "LlamaState",
     "LlamaGrammar",
     "Model",
+    "NodeArg",
     "NotFoundError",
     "OutOfMemoryError",
     "RangeError",
     "Sampler",
+    "SessionOptions",
     "UnsupportedError",
     "default_threads",
     "json_schema_to_gbnf",

@@ -27,7 +27,7 @@ void kiln__graph_dump(const kiln_graph *g, void (*write)(void *user, const char 
     }
 }
 
-static bool fused(kiln_op op) { return op >= KILN_OP_LINEAR || op == KILN_OP_ATTENTION; }
+static bool fused(kiln_op op) { return (op >= KILN_OP_LINEAR && op < KILN_OP_SUB) || op == KILN_OP_ATTENTION; }
 
 void kiln__graph_dump_dot(const kiln_graph *g, void (*write)(void *user, const char *line), void *user) {
     char line[512], shp[96];

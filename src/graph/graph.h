@@ -82,12 +82,28 @@ typedef enum kiln_op {
     KILN_OP_ACC,          /* as SET, but src1 is added into the region: set(d, view(d) + x) in one pass,
                            * in place when src0 dies here */
     KILN_OP_NORM,         /* src0 F32 [n, ...] -> (x - mean(x)) / sqrt(var(x) + eps) per row; f[0] = eps */
+    /* Elementwise ops imported graphs need (ONNX Sub, Div, Sigmoid, Erf, Sqrt, ...): scalar kernels. */
+    KILN_OP_SUB,          /* src0 F32 - src1 F32, src1 broadcast as ADD */
+    KILN_OP_DIV,          /* src0 F32 / src1 F32, src1 broadcast as ADD */
+    KILN_OP_UNARY,        /* src0 F32 -> f(x) per element, f = i[0] (KILN_UNARY_*) */
     KILN_OP_COUNT
 } kiln_op;
 
 /* Activations of the fused ops. */
 enum { KILN_ACT_NONE = 0, KILN_ACT_RELU = 1, KILN_ACT_GELU = 2, KILN_ACT_SILU = 3 };
 enum { KILN_LINEAR_TRANS0 = 1 };
+/* The functions of KILN_OP_UNARY. */
+enum {
+    KILN_UNARY_SIGMOID = 0, /* 1 / (1 + exp(-x)) */
+    KILN_UNARY_ERF,         /* erf(x) */
+    KILN_UNARY_SQRT,        /* sqrt(x) */
+    KILN_UNARY_EXP,         /* exp(x) */
+    KILN_UNARY_LOG,         /* log(x) */
+    KILN_UNARY_NEG,         /* -x */
+    KILN_UNARY_RECIP,       /* 1 / x */
+    KILN_UNARY_GELU_ERF,    /* 0.5 x (1 + erf(x / sqrt(2))): GELU's exact form */
+    KILN_UNARY_COUNT
+};
 
 enum { KILN_ROPE_NORMAL = 0, KILN_ROPE_NEOX = 2 };
 
@@ -197,6 +213,10 @@ kiln_tensor *kiln__rms_norm_mul(kiln_graph *g, kiln_tensor *x, kiln_tensor *w, f
 kiln_tensor *kiln__swiglu(kiln_graph *g, kiln_tensor *gate, kiln_tensor *up);
 kiln_tensor *kiln__gelu(kiln_graph *g, kiln_tensor *x);
 kiln_tensor *kiln__acc(kiln_graph *g, kiln_tensor *dst, kiln_tensor *x, const size_t nb[3], size_t offset);
+/* The elementwise ops of imported graphs: a - b, a / b (b broadcast as in add), f(x) (f: KILN_UNARY_*). */
+kiln_tensor *kiln__sub(kiln_graph *g, kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln__div(kiln_graph *g, kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln__unary(kiln_graph *g, kiln_tensor *x, int32_t fn);
 
 /* The plain (unfused) tanh-approximation GELU, as builders emit it: 8 nodes that the GELU fusion
  * recognizes. */

@@ -26,6 +26,7 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
     [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",           [KILN_OP_CAST] = "cast",
     [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
+    [KILN_OP_SUB] = "sub",           [KILN_OP_DIV] = "div",           [KILN_OP_UNARY] = "unary",
 };
 
 const char *kiln__op_name(kiln_op op) {
@@ -332,6 +333,13 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
     case KILN_OP_VIEW:
     case KILN_OP_PERMUTE:
     case KILN_OP_TRANSPOSE: return infer_view(t, out);
+    case KILN_OP_SUB:
+    case KILN_OP_DIV: return infer_binary(t, out);
+    case KILN_OP_UNARY:
+        if (t->ip[0] < 0 || t->ip[0] >= KILN_UNARY_COUNT) return bad(t, "unknown function", x, NULL);
+        if ((s = need_f32(t, x))) return s;
+        shape_of(x, out);
+        return KILN_OK;
     case KILN_OP_NONE:
     case KILN_OP_COUNT: break;
     }
@@ -720,6 +728,20 @@ kiln_tensor *kiln__gelu_unfused(kiln_graph *g, kiln_tensor *x) {
     kiln_tensor *inner = kiln__add(g, x, kiln__scale(g, x3, 0.044715f, 0.0f));
     kiln_tensor *th = kiln__tanh(g, kiln__scale(g, inner, 0.7978845608028654f, 0.0f));
     return kiln__mul(g, kiln__scale(g, x, 0.5f, 0.0f), kiln__scale(g, th, 1.0f, 1.0f));
+}
+
+kiln_tensor *kiln__sub(kiln_graph *g, kiln_tensor *a, kiln_tensor *b) {
+    NEED(b, KILN_OP_SUB);
+    return make_node(g, KILN_OP_SUB, a, b, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__div(kiln_graph *g, kiln_tensor *a, kiln_tensor *b) {
+    NEED(b, KILN_OP_DIV);
+    return make_node(g, KILN_OP_DIV, a, b, NULL, NULL, 0, NULL, 0);
+}
+
+kiln_tensor *kiln__unary(kiln_graph *g, kiln_tensor *x, int32_t fn) {
+    return make_node(g, KILN_OP_UNARY, x, NULL, NULL, &fn, 1, NULL, 0);
 }
 
 kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto) {

@@ -53,6 +53,8 @@ static inline char *kiln__cpu_row(const kiln_tensor *t, int64_t i1, int64_t i2, 
 void kiln__cpu_get_rows(const kiln_cpu_args *a);
 void kiln__cpu_rms_norm(const kiln_cpu_args *a);
 void kiln__cpu_add(const kiln_cpu_args *a);
+void kiln__cpu_sub(const kiln_cpu_args *a);
+void kiln__cpu_div(const kiln_cpu_args *a);
 void kiln__cpu_mul(const kiln_cpu_args *a);
 void kiln__cpu_matmul(const kiln_cpu_args *a);
 void kiln__cpu_rope(const kiln_cpu_args *a);

@@ -1,6 +1,6 @@
 /*
  * kernels_elementwise.c - reference kernels for row-wise and elementwise ops: get_rows, add, mul (with
- * broadcasting), silu, cont and cache_write (F32 caches: row r of x into cell idx[r], rows with a
+ * broadcasting; sub and div by the scalar loop only), silu, cont and cache_write (F32 caches: row r of x into cell idx[r], rows with a
  * negative index skipped; kernels_kv.c converts rows for F16/Q8_0). Outputs are the planned, contiguous
  * dst. Contiguous rows of add and mul go through the level's row helpers (kernels_vec_ref.c is their
  * reference).
@@ -27,10 +27,22 @@ void kiln__cpu_get_rows(const kiln_cpu_args *a) {
     }
 }
 
-static void binary(const kiln_cpu_args *a, bool is_mul) {
+/* One element of add, mul, sub or div: the scalar reference of every form. */
+static inline float binary_op(kiln_op op, float x, float y) {
+    switch (op) {
+    case KILN_OP_MUL: return x * y;
+    case KILN_OP_SUB: return x - y;
+    case KILN_OP_DIV: return x / y;
+    default: return x + y;
+    }
+}
+
+static void binary(const kiln_cpu_args *a, kiln_op op) {
     const kiln_tensor *x = a->dst->src[0], *y = a->dst->src[1];
     const kiln_cpu_isa *isa = kiln__cpu_isa();
-    bool contiguous = x->nb[0] == sizeof(float) && y->nb[0] == sizeof(float) && y->ne[0] == x->ne[0];
+    bool is_mul = op == KILN_OP_MUL;
+    bool contiguous = (op == KILN_OP_ADD || is_mul) && x->nb[0] == sizeof(float) && y->nb[0] == sizeof(float) &&
+                      y->ne[0] == x->ne[0];
     int64_t r0, r1;
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -46,13 +58,15 @@ static void binary(const kiln_cpu_args *a, bool is_mul) {
         for (int64_t i = 0; i < x->ne[0]; i++) {
             float xv = *(const float *)(xr + i * (int64_t)x->nb[0]);
             float yv = *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);
-            out[i] = is_mul ? xv * yv : xv + yv;
+            out[i] = binary_op(op, xv, yv);
         }
     }
 }
 
-void kiln__cpu_add(const kiln_cpu_args *a) { binary(a, false); }
-void kiln__cpu_mul(const kiln_cpu_args *a) { binary(a, true); }
+void kiln__cpu_add(const kiln_cpu_args *a) { binary(a, KILN_OP_ADD); }
+void kiln__cpu_mul(const kiln_cpu_args *a) { binary(a, KILN_OP_MUL); }
+void kiln__cpu_sub(const kiln_cpu_args *a) { binary(a, KILN_OP_SUB); }
+void kiln__cpu_div(const kiln_cpu_args *a) { binary(a, KILN_OP_DIV); }
 
 void kiln__cpu_silu(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0];

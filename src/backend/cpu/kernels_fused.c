@@ -66,6 +66,22 @@ static float tanh_fn(const kiln_tensor *n, float x) { (void)n; return tanhf(x); 
 static float relu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_RELU, x); }
 static float gelu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_GELU, x); }
 
+/* KILN_OP_UNARY: the function i[0], in float through libm (the scalar reference; no SIMD form yet). */
+static float unary_fn_of(const kiln_tensor *n, float x) {
+    switch (n->ip[0]) {
+    case KILN_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case KILN_UNARY_ERF: return erff(x);
+    case KILN_UNARY_SQRT: return sqrtf(x);
+    case KILN_UNARY_EXP: return expf(x);
+    case KILN_UNARY_LOG: return logf(x);
+    case KILN_UNARY_NEG: return -x;
+    case KILN_UNARY_RECIP: return 1.0f / x;
+    case KILN_UNARY_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    default: return x;
+    }
+}
+
+void kiln__cpu_unary(const kiln_cpu_args *a) { unary_rows(a, unary_fn_of, KILN_ACT_NONE); }
 void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn, KILN_ACT_NONE); }
 void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn, KILN_ACT_NONE); }
 void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn, KILN_ACT_RELU); }

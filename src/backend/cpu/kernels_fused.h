@@ -10,6 +10,7 @@
 
 void kiln__cpu_scale(const kiln_cpu_args *a);
 void kiln__cpu_tanh(const kiln_cpu_args *a);
+void kiln__cpu_unary(const kiln_cpu_args *a); /* KILN_OP_UNARY, function i[0] */
 void kiln__cpu_relu(const kiln_cpu_args *a);
 void kiln__cpu_gelu(const kiln_cpu_args *a);
 void kiln__cpu_concat(const kiln_cpu_args *a);

@@ -1,0 +1,618 @@
+/*
+ * onnx_lower.c - a validated ONNX model, with its dynamic dims bound to a key, as Kiln graph IR
+ * (onnx_lower.h says the contract, docs/onnx.md "What runs" the table of what each operator lowers to).
+ *
+ * Nodes are lowered one at a time in the reader's topological order. Each produces contiguous tensors, so
+ * an operator may assume dense rows; an operand that is an initializer or a constant folded at load becomes
+ * a weight leaf over the reader's bytes the first time it is read. Errors name the node (index, name,
+ * operator, opset) and what was not supported; a shape the IR rejects comes back with the builder's message
+ * behind the same prefix.
+ */
+#include "import/onnx/onnx_lower.h"
+
+#include "core/core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct lower {
+    kiln__onnx_lowering *l;
+    const kiln_onnx *m;
+    kiln_graph *g;
+    const kiln__onnx_node *n; /* the node being lowered */
+    kiln_status status;       /* the first error of ours (the graph keeps the builder's) */
+} lower;
+
+/* ---- Helpers ---- */
+
+static kiln_tensor *fail(lower *c, const char *fmt, ...) KILN__PRINTF(2, 3);
+
+static kiln_tensor *fail(lower *c, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    if (c->status) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!c->n) return c->status = kiln__error(KILN_E_UNSUPPORTED, "graph: %s", msg), NULL;
+    c->status =
+        kiln__error(KILN_E_UNSUPPORTED, "node %d '%s' (%s, opset %lld): %s", (int)(c->n - c->m->nodes),
+                    c->n->name, c->n->op_type, (long long)c->m->opset, msg);
+    return NULL;
+}
+
+static int32_t value_index(const kiln_onnx *m, const char *name) {
+    const kiln__onnx_value *v = kiln__onnx_value_find(m, name);
+    return v ? (int32_t)(v - m->values) : -1;
+}
+
+void kiln__onnx_shape_of(const kiln_tensor *t, int32_t rank, int64_t *dims) {
+    for (int32_t i = 0; i < rank; i++)
+        dims[i] = rank - 1 - i < KILN_MAX_DIMS ? t->ne[rank - 1 - i] : 1;
+}
+
+/* ONNX dims (rank <= 4) as Kiln's ne. */
+static void ne_of(int32_t rank, const int64_t *dims, int64_t ne[KILN_MAX_DIMS]) {
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        ne[d] = d < rank ? dims[rank - 1 - d] : 1;
+}
+
+static int32_t rank_of(lower *c, const char *name) {
+    const kiln__onnx_value *v = kiln__onnx_value_find(c->m, name);
+    return v ? v->info.rank : -1;
+}
+
+/* A weight leaf over a constant's bytes (an initializer, a Constant, or a value folded at load). */
+static kiln_tensor *const_leaf(lower *c, const kiln__onnx_tensor *init, const char *name) {
+    int64_t ne[KILN_MAX_DIMS];
+    if (init->type != KILN_ONNX_FLOAT)
+        return fail(c, "'%s' is a %s constant: Kiln computes float tensors only at run time", name,
+                    kiln__onnx_type_name(init->type));
+    if (init->rank > KILN_MAX_DIMS) return fail(c, "'%s' has rank %d (Kiln runs up to 4)", name, init->rank);
+    if (init->n_elements == 0) return fail(c, "'%s' is empty (Kiln runs no empty tensors)", name);
+    ne_of(init->rank, init->dims, ne);
+    return kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, init->rank), ne, (void *)init->data,
+                            KILN_TENSOR_WEIGHT);
+}
+
+/* Input i of the node: the tensor computed for it, or a leaf over its constant. NULL for an omitted one. */
+static kiln_tensor *operand(lower *c, int32_t i) {
+    const char *name = i < c->n->n_inputs ? c->n->inputs[i] : "";
+    int32_t k;
+    if (!name[0]) return NULL;
+    k = value_index(c->m, name);
+    if (k < 0) return fail(c, "input '%s' has no value", name);
+    if (!c->l->vals[k] && c->m->values[k].init) c->l->vals[k] = const_leaf(c, c->m->values[k].init, name);
+    if (!c->l->vals[k] && !c->status && !kiln__graph_status(c->g))
+        return fail(c, "input '%s' is not computed before it", name);
+    return c->l->vals[k];
+}
+
+/* A constant integer input (a shape, axes): its elements, or NULL when it is neither constant at load nor
+ * computed from the key's shapes (onnx_lower_ints.c). */
+static const int64_t *const_ints(lower *c, int32_t i, int64_t *n) {
+    return i < c->n->n_inputs ? kiln__onnx_ints_of(c->l, c->n->inputs[i], n) : NULL;
+}
+
+static int64_t attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt) {
+    const kiln__onnx_attr *a = kiln__onnx_find_attr(n, name);
+    return a ? a->i : dflt;
+}
+
+static float attr_float(const kiln__onnx_node *n, const char *name, float dflt) {
+    const kiln__onnx_attr *a = kiln__onnx_find_attr(n, name);
+    return a ? a->f : dflt;
+}
+
+/* x reshaped to the ONNX dims (rank <= 4). */
+static kiln_tensor *reshape_to(lower *c, kiln_tensor *x, int32_t rank, const int64_t *dims) {
+    int64_t ne[KILN_MAX_DIMS];
+    if (!x) return NULL;
+    if (rank > KILN_MAX_DIMS) return fail(c, "the result has rank %d (Kiln runs up to 4)", rank);
+    for (int32_t i = 0; i < rank; i++)
+        if (dims[i] <= 0)
+            return fail(c, "the result has a dim of %lld (Kiln runs no empty tensors)", (long long)dims[i]);
+    ne_of(rank, dims, ne);
+    return kiln__reshape(c->g, x, KILN__MAX(1, rank), ne);
+}
+
+/* Does b broadcast to a (numpy rules, one way: each of b's dims is a's or 1)? */
+static bool broadcasts_to(const kiln_tensor *b, const kiln_tensor *a) {
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        if (b->ne[d] != a->ne[d] && b->ne[d] != 1) return false;
+    return true;
+}
+
+/* a op b with numpy broadcasting where one operand covers the other. */
+static kiln_tensor *broadcast(lower *c, kiln_op op, kiln_tensor *a, kiln_tensor *b) {
+    kiln_graph *g = c->g;
+    if (!a || !b) return NULL;
+    if (broadcasts_to(b, a)) {
+        switch (op) {
+        case KILN_OP_ADD: return kiln__add(g, a, b);
+        case KILN_OP_MUL: return kiln__mul(g, a, b);
+        case KILN_OP_SUB: return kiln__sub(g, a, b);
+        default: return kiln__div(g, a, b);
+        }
+    }
+    if (broadcasts_to(a, b)) { /* the first operand is the smaller: swap, exactly where the op allows */
+        switch (op) {
+        case KILN_OP_ADD: return kiln__add(g, b, a);
+        case KILN_OP_MUL: return kiln__mul(g, b, a);
+        case KILN_OP_SUB: return kiln__unary(g, kiln__sub(g, b, a), KILN_UNARY_NEG); /* -(b - a): exact */
+        default: return kiln__mul(g, kiln__unary(g, b, KILN_UNARY_RECIP), a); /* a * (1 / b): two roundings */
+        }
+    }
+    return fail(c,
+                "operands [%lld, %lld, %lld, %lld] and [%lld, %lld, %lld, %lld] (Kiln order) broadcast both "
+                "ways; Kiln broadcasts one operand to the other's shape",
+                (long long)a->ne[0], (long long)a->ne[1], (long long)a->ne[2], (long long)a->ne[3],
+                (long long)b->ne[0], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
+}
+
+/* Swap Kiln dims 0 and k (an involution), as a copy. */
+static kiln_tensor *swap_dims(kiln_graph *g, kiln_tensor *x, int k) {
+    int32_t axes[KILN_MAX_DIMS] = {0, 1, 2, 3};
+    axes[0] = k;
+    axes[k] = 0;
+    return kiln__cont(g, kiln__permute(g, x, axes[0], axes[1], axes[2], axes[3]));
+}
+
+/* ---- Operators ---- */
+
+static kiln_tensor *lower_binary(lower *c) {
+    const char *op = c->n->op_type;
+    kiln_op k = !strcmp(op, "Add")   ? KILN_OP_ADD
+                : !strcmp(op, "Mul") ? KILN_OP_MUL
+                : !strcmp(op, "Sub") ? KILN_OP_SUB
+                                     : KILN_OP_DIV;
+    kiln_tensor *a = operand(c, 0), *b = operand(c, 1);
+    return broadcast(c, k, a, b);
+}
+
+static kiln_tensor *lower_unary(lower *c) {
+    static const struct {
+        const char *name;
+        int32_t fn;
+    } fns[] = {{"Sigmoid", KILN_UNARY_SIGMOID}, {"Erf", KILN_UNARY_ERF}, {"Sqrt", KILN_UNARY_SQRT},
+               {"Exp", KILN_UNARY_EXP},         {"Log", KILN_UNARY_LOG}, {"Neg", KILN_UNARY_NEG},
+               {"Reciprocal", KILN_UNARY_RECIP}};
+    kiln_tensor *x = operand(c, 0);
+    const char *op = c->n->op_type;
+    if (!x) return NULL;
+    if (!strcmp(op, "Relu")) return kiln__relu(c->g, x);
+    if (!strcmp(op, "Tanh")) return kiln__tanh(c->g, x);
+    if (!strcmp(op, "Identity")) return x;
+    if (!strcmp(op, "Gelu")) {
+        const kiln__onnx_attr *a = kiln__onnx_find_attr(c->n, "approximate");
+        if (a && a->s.len == 4 && !memcmp(a->s.data, "tanh", 4)) return kiln__gelu(c->g, x);
+        if (a && !(a->s.len == 4 && !memcmp(a->s.data, "none", 4)))
+            return fail(c, "approximate '%.*s' is neither 'none' nor 'tanh'", (int)KILN__MIN(a->s.len, 32),
+                        a->s.data);
+        return kiln__unary(c->g, x, KILN_UNARY_GELU_ERF);
+    }
+    if (!strcmp(op, "Cast")) {
+        if (attr_int(c->n, "to", 0) != KILN_ONNX_FLOAT) return fail(c, "a cast to a type other than float");
+        return x; /* operand() admits float tensors only */
+    }
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        if (!strcmp(op, fns[i].name)) return kiln__unary(c->g, x, fns[i].fn);
+    return fail(c, "no lowering for this operator");
+}
+
+/* Input i as the W [K, N] of Kiln's matmul when the ONNX operand is B [K, N] (Kiln ne {N, K}): for a 2-D
+ * float initializer, a transposed copy made once per session and kept by the lowering (the passes could not
+ * fold the transpose of a weight before absorbing it into a slower transposed read); otherwise a transposed
+ * copy in the graph. */
+static kiln_tensor *weight_kn(lower *c, int32_t i, kiln_tensor *b) {
+    const kiln__onnx_value *v = kiln__onnx_value_find(c->m, c->n->inputs[i]);
+    int32_t k = (int32_t)(v - c->m->values);
+    if (!b || !v->init || b->op != KILN_OP_NONE || b->n_dims != 2)
+        return kiln__cont(c->g, kiln__transpose(c->g, b));
+    int64_t ne[2] = {b->ne[1], b->ne[0]}; /* {K, N} */
+    float *t = c->l->transposed[k];
+    if (!t) {
+        const float *src = b->data;
+        if (!(t = kiln__alloc_array((size_t)(ne[0] * ne[1]), sizeof *t))) {
+            c->status = kiln__nomem("a transposed ONNX weight");
+            return NULL;
+        }
+        for (int64_t n = 0; n < ne[1]; n++)
+            for (int64_t kk = 0; kk < ne[0]; kk++)
+                t[n * ne[0] + kk] = src[kk * ne[1] + n];
+        c->l->transposed[k] = t;
+    }
+    return kiln__graph_leaf(c->g, b->name, KILN_TYPE_F32, 2, ne, t, KILN_TENSOR_WEIGHT);
+}
+
+/* Y = A . B with numpy's matmul rules (1-D operands promoted and their dim dropped; batch dims broadcast
+ * one way). Kiln's matmul is W . X with W [K, N] and X [K, M] -> [N, M]: X is A as it lies, W is B
+ * transposed (weight_kn). */
+static kiln_tensor *lower_matmul(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *a = operand(c, 0), *b = operand(c, 1), *w, *y;
+    int32_t ra = rank_of(c, c->n->inputs[0]), rb = rank_of(c, c->n->inputs[1]);
+    int64_t dims[KILN_MAX_DIMS + 2];
+    int32_t ro = 0;
+    if (!a || !b) return NULL;
+    w = rb == 1 ? b : weight_kn(c, 1, b); /* [K, N, batch] */
+    if (!w) return NULL;
+    if (a->ne[2] % w->ne[2] == 0 && a->ne[3] % w->ne[3] == 0) {
+        y = kiln__matmul(g, w, a); /* [N, M, batch of A] */
+    } else if (w->ne[2] % a->ne[2] == 0 && w->ne[3] % a->ne[3] == 0) {
+        y = kiln__cont(g, kiln__transpose(g, kiln__matmul(g, a, w))); /* (B^T A^T)^T over B's batch */
+    } else {
+        return fail(c, "batch dims of both operands broadcast (Kiln broadcasts one operand's batch)");
+    }
+    if (!y) return NULL;
+    /* The result's ONNX dims: batch, then M unless A was 1-D, then N unless B was 1-D. */
+    for (int32_t d = KILN_MAX_DIMS - 1; d >= 2; d--)
+        if (d - 2 < KILN__MAX(ra, rb) - 2) dims[ro++] = y->ne[d];
+    if (ra > 1) dims[ro++] = y->ne[1];
+    if (rb > 1) dims[ro++] = y->ne[0];
+    if (ro == 0) dims[ro++] = 1; /* a dot product: a scalar, held as [1] */
+    return reshape_to(c, y, ro, dims);
+}
+
+/* Y = alpha op(A) op(B) + beta C, C broadcast to [M, N]. */
+static kiln_tensor *lower_gemm(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *a = operand(c, 0), *b = operand(c, 1), *bias = operand(c, 2), *x, *w, *y;
+    float alpha = attr_float(c->n, "alpha", 1.0f), beta = attr_float(c->n, "beta", 1.0f);
+    if (!a || !b || c->status) return NULL;
+    x = attr_int(c->n, "transA", 0) ? kiln__cont(g, kiln__transpose(g, a)) : a; /* [K, M] */
+    w = attr_int(c->n, "transB", 0) ? b : weight_kn(c, 1, b);                   /* [K, N] */
+    y = kiln__matmul(g, w, x);
+    if (y && alpha != 1.0f) y = kiln__scale(g, y, alpha, 0.0f);
+    if (!bias || !y) return y;
+    if (beta != 1.0f) bias = kiln__scale(g, bias, beta, 0.0f);
+    return broadcast(c, KILN_OP_ADD, y, bias);
+}
+
+/* Softmax over one axis: Kiln's is over dim 0, so another axis is swapped there and back. */
+static kiln_tensor *lower_softmax(lower *c) {
+    kiln_tensor *x = operand(c, 0);
+    int32_t r = rank_of(c, c->n->inputs[0]);
+    int64_t axis = attr_int(c->n, "axis", -1);
+    int k;
+    if (!x) return NULL;
+    if (axis < 0) axis += r;
+    k = (int)(r - 1 - axis);
+    if (k == 0) return kiln__softmax(c->g, x, 1.0f);
+    return swap_dims(c->g, kiln__softmax(c->g, swap_dims(c->g, x, k), 1.0f), k);
+}
+
+/* Is the value named name read by a node or the graph's outputs? */
+static bool value_used(const kiln_onnx *m, const char *name) {
+    if (!name[0]) return false;
+    for (int32_t i = 0; i < m->n_outputs; i++)
+        if (!strcmp(m->outputs[i].name, name)) return true;
+    for (int32_t i = 0; i < m->n_nodes; i++)
+        for (int32_t j = 0; j < m->nodes[i].n_inputs; j++)
+            if (!strcmp(m->nodes[i].inputs[j], name)) return true;
+    return false;
+}
+
+/* A leaf of n floats of 1/n (a mean as a product), made once per length and kept by the lowering. */
+static kiln_tensor *mean_weights(lower *c, int64_t n) {
+    kiln__onnx_lowering *l = c->l;
+    float *data = NULL;
+    for (int32_t i = 0; i < l->n_consts && !data; i++)
+        if (l->consts[i].n == n) data = l->consts[i].data;
+    if (!data) {
+        if (l->n_consts == KILN_ONNX_MAX_CONSTS)
+            return fail(c, "over %d constant lengths", KILN_ONNX_MAX_CONSTS);
+        if (!(data = kiln__alloc_array((size_t)n, sizeof *data))) {
+            c->status = kiln__nomem("a LayerNormalization mean vector");
+            return NULL;
+        }
+        for (int64_t i = 0; i < n; i++)
+            data[i] = 1.0f / (float)n;
+        l->consts[l->n_consts++] = (struct kiln__onnx_const){n, data};
+    }
+    return kiln__graph_leaf(c->g, "mean_weights", KILN_TYPE_F32, 1, &n, data, KILN_TENSOR_WEIGHT);
+}
+
+/* Record output i of the node (beyond the first, which lower_node records). */
+static void put_output(lower *c, int32_t i, kiln_tensor *t) {
+    if (!t || i >= c->n->n_outputs || !c->n->outputs[i][0]) return;
+    kiln__tensor_set_name(t, "%s", c->n->outputs[i]);
+    c->l->vals[value_index(c->m, c->n->outputs[i])] = t;
+}
+
+/* LayerNormalization's Mean and InvStdDev of the rows xr [K, R...] as products with 1/K (Kiln has no
+ * reduction op), shaped as x with the normalized dims (Kiln dims 0 .. k-1) kept as 1. */
+static void layer_norm_stats(lower *c, kiln_tensor *x, kiln_tensor *xr, int k, float eps) {
+    kiln_graph *g = c->g;
+    int64_t ne[KILN_MAX_DIMS];
+    kiln_tensor *ones = mean_weights(c, xr->ne[0]), *mean, *d, *var, *inv;
+    if (!ones) return;
+    mean = kiln__matmul(g, ones, xr); /* [1, R...] */
+    d = kiln__sub(g, xr, mean);
+    var = kiln__matmul(g, ones, kiln__mul(g, d, d));
+    inv = kiln__unary(g, kiln__unary(g, kiln__scale(g, var, 1.0f, eps), KILN_UNARY_SQRT), KILN_UNARY_RECIP);
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        ne[i] = i < k ? 1 : x->ne[i];
+    put_output(c, 1, kiln__reshape(g, mean, x->n_dims, ne));
+    put_output(c, 2, kiln__reshape(g, inv, x->n_dims, ne));
+}
+
+/* LayerNormalization: Kiln's norm over the normalized dims (merged into one row when several), times
+ * Scale, plus B; Mean and InvStdDev when the graph reads them. */
+static kiln_tensor *lower_layer_norm(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *x = operand(c, 0), *scale = operand(c, 1), *bias = operand(c, 2), *xr, *y;
+    int32_t r = rank_of(c, c->n->inputs[0]);
+    int64_t axis = attr_int(c->n, "axis", -1), ne[KILN_MAX_DIMS] = {1, 1, 1, 1};
+    float eps = attr_float(c->n, "epsilon", 1e-5f);
+    if (!x || !scale || c->status) return NULL;
+    if (axis < 0) axis += r;
+    int k = (int)(r - axis); /* Kiln dims 0 .. k-1 are normalized */
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        if (d < k)
+            ne[0] *= x->ne[d];
+        else
+            ne[d - k + 1] = x->ne[d];
+    }
+    xr = k > 1 ? kiln__reshape(g, x, KILN_MAX_DIMS - k + 1, ne) : x; /* [K, R...] */
+    y = k > 1 ? kiln__reshape(g, kiln__norm(g, xr, eps), x->n_dims, x->ne) : kiln__norm(g, x, eps);
+    if (value_used(c->m, c->n->n_outputs > 1 ? c->n->outputs[1] : "") ||
+        value_used(c->m, c->n->n_outputs > 2 ? c->n->outputs[2] : ""))
+        layer_norm_stats(c, x, xr, k, eps);
+    y = broadcast(c, KILN_OP_MUL, y, scale);
+    return bias ? broadcast(c, KILN_OP_ADD, y, bias) : y;
+}
+
+static kiln_tensor *lower_transpose(lower *c) {
+    kiln_tensor *x = operand(c, 0);
+    int32_t r = rank_of(c, c->n->inputs[0]), axes[KILN_MAX_DIMS] = {0, 1, 2, 3};
+    const kiln__onnx_attr *perm = kiln__onnx_find_attr(c->n, "perm");
+    if (!x) return NULL;
+    if (r > KILN_MAX_DIMS) return fail(c, "rank %d (Kiln runs up to 4)", r);
+    /* Output axis i is input axis perm[i]: Kiln source dim r-1-perm[i] goes to dim r-1-i. */
+    for (int32_t i = 0; i < r; i++) {
+        int64_t p = perm && i < perm->n ? perm->ints[i] : r - 1 - i;
+        if (p < 0) p += r;
+        if (p < 0 || p >= r) return fail(c, "perm holds %lld, out of range", (long long)p);
+        axes[r - 1 - p] = r - 1 - i;
+    }
+    return kiln__cont(c->g, kiln__permute(c->g, x, axes[0], axes[1], axes[2], axes[3]));
+}
+
+/* Reshape, Flatten, Squeeze and Unsqueeze: the same bytes under new dims (a view). */
+static kiln_tensor *lower_reshape(lower *c) {
+    kiln_tensor *x = operand(c, 0);
+    int32_t r = rank_of(c, c->n->inputs[0]), ro = 0;
+    int64_t in[KILN_MAX_DIMS], out[KILN_MAX_ONNX_RANK], n = 0, total = 1, known = 1;
+    const int64_t *v = NULL;
+    const char *op = c->n->op_type;
+    if (!x) return NULL;
+    if (r > KILN_MAX_DIMS) return fail(c, "rank %d (Kiln runs up to 4)", r);
+    kiln__onnx_shape_of(x, r, in);
+    for (int32_t i = 0; i < r; i++)
+        total *= in[i];
+    if (!strcmp(op, "Flatten")) {
+        int64_t axis = attr_int(c->n, "axis", 1), lead = 1;
+        if (axis < 0) axis += r;
+        for (int32_t i = 0; i < axis; i++)
+            lead *= in[i];
+        out[0] = lead;
+        out[1] = total / lead;
+        return reshape_to(c, x, 2, out);
+    }
+    if (c->n->n_inputs > 1 && c->n->inputs[1][0] && !(v = const_ints(c, 1, &n)))
+        return fail(c, "its %s input is computed from tensor values (Kiln needs it from shapes)",
+                    !strcmp(op, "Reshape") ? "shape" : "axes");
+    if (!strcmp(op, "Reshape")) {
+        int32_t infer = -1;
+        bool allowzero = attr_int(c->n, "allowzero", 0) != 0;
+        if (n > KILN_MAX_ONNX_RANK) return fail(c, "a target shape of %lld dims", (long long)n);
+        for (ro = 0; ro < (int32_t)n; ro++) {
+            out[ro] = v[ro] == 0 && !allowzero && ro < r ? in[ro] : v[ro];
+            if (out[ro] == -1)
+                infer = ro;
+            else if (out[ro] <= 0 || __builtin_mul_overflow(known, out[ro], &known))
+                return fail(c, "target dim %d is %lld", ro, (long long)out[ro]);
+        }
+        if (infer >= 0) out[infer] = known > 0 ? total / known : 0;
+        return reshape_to(c, x, ro, out);
+    }
+    /* Squeeze (axes optional: every dim of 1) and Unsqueeze (axes required). */
+    bool unsq = !strcmp(op, "Unsqueeze");
+    int32_t rank_out = unsq ? r + (int32_t)n : r;
+    uint32_t marked = 0;
+    if (rank_out > KILN_MAX_DIMS) return fail(c, "the result has rank %d (Kiln runs up to 4)", rank_out);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a = v[i] < 0 ? v[i] + (unsq ? rank_out : r) : v[i];
+        if (a < 0 || a >= (unsq ? rank_out : r)) return fail(c, "axis %lld out of range", (long long)v[i]);
+        marked |= 1u << a;
+    }
+    for (int32_t i = 0, j = 0; i < (unsq ? rank_out : r); i++) {
+        if (unsq)
+            out[ro++] = marked & (1u << i) ? 1 : in[j++];
+        else if (!(v ? (marked & (1u << i)) : in[i] == 1))
+            out[ro++] = in[i];
+    }
+    if (ro == 0) out[ro++] = 1; /* a scalar, held as [1] */
+    return reshape_to(c, x, ro, out);
+}
+
+typedef kiln_tensor *(*lower_fn)(lower *c);
+
+static const struct {
+    const char *op;
+    lower_fn fn;
+} lowerings[] = {
+    {"Add", lower_binary},          {"Sub", lower_binary},
+    {"Mul", lower_binary},          {"Div", lower_binary},
+    {"Relu", lower_unary},          {"Tanh", lower_unary},
+    {"Sigmoid", lower_unary},       {"Erf", lower_unary},
+    {"Sqrt", lower_unary},          {"Exp", lower_unary},
+    {"Log", lower_unary},           {"Neg", lower_unary},
+    {"Reciprocal", lower_unary},    {"Gelu", lower_unary},
+    {"Identity", lower_unary},      {"Cast", lower_unary},
+    {"MatMul", lower_matmul},       {"Gemm", lower_gemm},
+    {"Softmax", lower_softmax},     {"LayerNormalization", lower_layer_norm},
+    {"Transpose", lower_transpose}, {"Reshape", lower_reshape},
+    {"Flatten", lower_reshape},     {"Squeeze", lower_reshape},
+    {"Unsqueeze", lower_reshape},
+};
+
+/* ---- The builder ---- */
+
+static kiln_status lower_node(lower *c, const kiln__onnx_node *n) {
+    const kiln__onnx_value *out0 = kiln__onnx_value_find(c->m, n->outputs[0]);
+    lower_fn fn = NULL;
+    kiln_tensor *y;
+    c->n = n;
+    if (out0 && out0->init) return KILN_OK; /* a Constant, or computed at load (shape arithmetic) */
+    if (kiln__onnx_is_int_node(c->m, n)) return kiln__onnx_lower_ints(c->l, n);
+    for (size_t i = 0; i < sizeof lowerings / sizeof lowerings[0] && !fn; i++)
+        if (!strcmp(n->op_type, lowerings[i].op)) fn = lowerings[i].fn;
+    if (!fn) return fail(c, "Kiln reads this operator but does not run it yet"), c->status;
+    if (rank_of(c, n->outputs[0]) > KILN_MAX_DIMS)
+        return fail(c, "the result has rank %d (Kiln runs up to 4)", rank_of(c, n->outputs[0])), c->status;
+    y = fn(c);
+    if (c->status) return c->status;
+    if (!y || kiln__graph_status(c->g)) {
+        kiln_status s = kiln__graph_status(c->g);
+        return kiln__error_prefix(s ? s : KILN_E_INTERNAL,
+                                  "node %d '%s' (%s, opset %lld): ", (int)(n - c->m->nodes), n->name,
+                                  n->op_type, (long long)c->m->opset);
+    }
+    if (y->name[0] == '\0' || y->op != KILN_OP_NONE) kiln__tensor_set_name(y, "%s", n->outputs[0]);
+    c->l->vals[value_index(c->m, n->outputs[0])] = y;
+    return KILN_OK;
+}
+
+static kiln_status declare_inputs(lower *c, const int64_t *key) {
+    const kiln_onnx *m = c->m;
+    for (int32_t i = 0; i < m->n_feed; i++) {
+        const char *name = m->inputs[m->feed[i]].name;
+        int32_t k = value_index(m, name);
+        const kiln__onnx_vinfo *info = &m->values[k].info;
+        int64_t dims[KILN_MAX_DIMS], ne[KILN_MAX_DIMS];
+        for (int32_t j = 0; j < info->rank; j++) {
+            int8_t sym = c->l->axis_sym[i][j];
+            dims[j] = sym >= 0 ? key[sym] : info->dims[j].value;
+        }
+        ne_of(info->rank, dims, ne);
+        c->l->vals[k] = kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, info->rank), ne, NULL,
+                                         KILN_TENSOR_INPUT);
+    }
+    return kiln__graph_status(c->g);
+}
+
+kiln_status kiln__onnx_lower(kiln__onnx_lowering *l, kiln_graph *g, const int64_t *key) {
+    lower c = {l, l->m, g, NULL, KILN_OK};
+    const kiln_onnx *m = l->m;
+    kiln_status s;
+    memset(l->vals, 0, (size_t)m->n_values * sizeof *l->vals);
+    memset(l->ints, 0, (size_t)m->n_values * sizeof *l->ints);
+    l->pool_used = 0;
+    if ((s = declare_inputs(&c, key))) return s;
+    for (int32_t i = 0; i < m->n_nodes; i++)
+        if ((s = lower_node(&c, &m->nodes[m->order[i]]))) return s;
+    for (int32_t i = 0; i < m->n_outputs; i++) {
+        int32_t k = value_index(m, m->outputs[i].name);
+        kiln_tensor *t = k >= 0 ? l->vals[k] : NULL;
+        if (!t && k >= 0 && m->values[k].init) {
+            c.n = NULL;
+            t = const_leaf(&c, m->values[k].init, m->outputs[i].name);
+            if (c.status) return c.status;
+        }
+        if (!t) return kiln__error(KILN_E_INTERNAL, "output '%s' was not computed", m->outputs[i].name);
+        /* Outputs are dense nodes of their own: the caller reads them after the run. */
+        if (t->op == KILN_OP_NONE || kiln__op_is_view(t->op)) t = kiln__cont(g, t);
+        kiln__graph_set_output(g, t);
+    }
+    return kiln__graph_status(g);
+}
+
+int32_t kiln__onnx_lower_capacity(const kiln__onnx_lowering *l) {
+    int64_t n = 32 * (int64_t)l->m->n_nodes + l->m->n_values + 256;
+    return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+/* The key entry named sym, added when new. */
+static kiln_status add_sym(kiln__onnx_lowering *l, const char *sym, int8_t *out) {
+    for (int32_t i = 0; i < l->n_syms; i++)
+        if (!strcmp(l->sym_names[i], sym)) return *out = (int8_t)i, KILN_OK;
+    if (l->n_syms == KILN_ONNX_MAX_SYMS)
+        return kiln__error(KILN_E_UNSUPPORTED, "the inputs have more than %d dynamic dims (at '%s')",
+                           KILN_ONNX_MAX_SYMS, sym);
+    l->sym_names[l->n_syms] = sym;
+    *out = (int8_t)l->n_syms++;
+    return KILN_OK;
+}
+
+static kiln_status check_input(kiln__onnx_lowering *l, int32_t i) {
+    const kiln_onnx *m = l->m;
+    const char *name = m->inputs[m->feed[i]].name;
+    const kiln__onnx_vinfo *info = &kiln__onnx_value_find(m, name)->info;
+    kiln_status s;
+    if (strlen(name) >= KILN_MAX_NAME)
+        return kiln__error(KILN_E_UNSUPPORTED, "input '%.40s...': names over %d bytes are not run", name,
+                           KILN_MAX_NAME - 1);
+    if (info->type != KILN_ONNX_FLOAT)
+        return kiln__error(KILN_E_UNSUPPORTED, "input '%s' is %s: Kiln runs float inputs only", name,
+                           kiln__onnx_type_name(info->type));
+    if (info->rank < 0 || info->rank > KILN_MAX_DIMS)
+        return kiln__error(KILN_E_UNSUPPORTED, "input '%s' has rank %d: Kiln runs ranks 0 to 4", name,
+                           info->rank);
+    for (int32_t j = 0; j < info->rank; j++) {
+        l->axis_sym[i][j] = -1;
+        if (info->dims[j].value == 0)
+            return kiln__error(KILN_E_UNSUPPORTED, "input '%s': dim %d is 0 (Kiln runs no empty tensors)",
+                               name, j);
+        if (info->dims[j].value > 0) continue;
+        const char *sym = info->dims[j].param;
+        if (!sym && l->n_syms < KILN_ONNX_MAX_SYMS) { /* an unnamed dim: a key entry of its own */
+            snprintf(l->sym_store[l->n_syms], KILN_MAX_NAME, "%.40s:%d", name, j);
+            sym = l->sym_store[l->n_syms];
+        }
+        if (!sym) sym = name;
+        if ((s = add_sym(l, sym, &l->axis_sym[i][j]))) return s;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
+    kiln_status s;
+    memset(l, 0, sizeof *l);
+    l->m = m;
+    l->axis_sym = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->axis_sym);
+    l->vals = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->vals);
+    l->sym_store = kiln__calloc(KILN_ONNX_MAX_SYMS, sizeof *l->sym_store);
+    l->ints = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->ints);
+    l->pool = kiln__alloc_array(KILN_ONNX_INT_POOL, sizeof *l->pool);
+    l->pool_cap = KILN_ONNX_INT_POOL;
+    l->transposed = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->transposed);
+    if (!l->axis_sym || !l->vals || !l->sym_store || !l->ints || !l->pool || !l->transposed)
+        return kiln__nomem("an ONNX lowering's tables");
+    for (int32_t i = 0; i < m->n_feed; i++)
+        if ((s = check_input(l, i))) return s;
+    for (int32_t i = 0; i < m->n_outputs; i++) {
+        const kiln__onnx_value *v = kiln__onnx_value_find(m, m->outputs[i].name);
+        if (v->info.type != KILN_ONNX_FLOAT)
+            return kiln__error(KILN_E_UNSUPPORTED, "output '%s' is %s: Kiln runs float outputs only",
+                               m->outputs[i].name, kiln__onnx_type_name(v->info.type));
+    }
+    return KILN_OK;
+}
+
+void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
+    if (!l) return;
+    for (int32_t i = 0; i < l->n_consts; i++)
+        kiln__dealloc(l->consts[i].data);
+    for (int32_t i = 0; l->transposed && i < l->m->n_values; i++)
+        kiln__dealloc(l->transposed[i]);
+    kiln__dealloc(l->transposed);
+    kiln__dealloc(l->axis_sym);
+    kiln__dealloc(l->vals);
+    kiln__dealloc(l->sym_store);
+    kiln__dealloc(l->ints);
+    kiln__dealloc(l->pool);
+    memset(l, 0, sizeof *l);
+}
