@@ -36,6 +36,8 @@ static const char serve_help[] =
     "      --grace S           seconds running requests get to finish after SIGTERM (default 10)\n"
     "      --slot-save-path DIR  folder of POST /slots/{id}?action=save|restore state files (KV cache and\n"
     "                          tokens of a cached prompt; slot 0 is the most recent); without it: 501\n"
+    "      --prefix-cache-dir DIR  keep the prefix cache across restarts: its prompts are written to DIR\n"
+    "                          at shutdown and read back at start (files of another model are skipped)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --devices LIST      backends in priority order, comma-separated (default: cpu)\n"
     "      --device D          where to run: auto (a discrete or integrated GPU through Vulkan, else the\n"
@@ -86,6 +88,7 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--api-key-file")) return cli_arg_str("serve", argc, argv, i, &o->key_file);
     if (!strcmp(a, "--verbose")) return (p->verbose = true);
     if (!strcmp(a, "--slot-save-path")) return cli_arg_str("serve", argc, argv, i, &p->slot_save_path);
+    if (!strcmp(a, "--prefix-cache-dir")) return cli_arg_str("serve", argc, argv, i, &p->prefix_cache_dir);
     if (!strcmp(a, "--port"))
         ok = cli_arg_int("serve", argc, argv, i, 0, 65535, &v) && ((p->port = (int)v), 1);
     else if (!strcmp(a, "-np") || !strcmp(a, "--parallel"))
@@ -135,6 +138,8 @@ int cmd_serve(int argc, char **argv) {
     struct stat st;
     if (o.p.slot_save_path && (stat(o.p.slot_save_path, &st) != 0 || !S_ISDIR(st.st_mode)))
         return cli_usage_error("serve", "--slot-save-path '%s' is not a folder", o.p.slot_save_path);
+    if (o.p.prefix_cache_dir && (stat(o.p.prefix_cache_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return cli_usage_error("serve", "--prefix-cache-dir '%s' is not a folder", o.p.prefix_cache_dir);
     const char *level = o.engine.cpu ? o.engine.cpu : getenv("KILN_CPU");
     kiln_status s;
     if (level && *level && (s = kiln_set_cpu_level(level))) {

@@ -183,8 +183,9 @@ void ks_engine_metrics(ks_engine *e, ks_metrics *out);
  * (0 .. cache_seqs - 1). SAVE writes its KV state and tokens to path (kiln_ctx_state_save); RESTORE loads
  * such a file into the cache as the most recent entry (slot 0), evicting older entries for room; ERASE
  * evicts slot k. Blocks until the engine thread has done it between two steps. KILN_E_NOT_FOUND when slot
- * k holds nothing; KILN_E_UNSUPPORTED without a prefix cache; the state reader's named errors otherwise.
- * Not from an event callback. */
+ * k holds nothing; KILN_E_UNSUPPORTED without a prefix cache, and while a shutdown waits for running
+ * requests (after ks_engine_shutdown returns, actions run again: the cache can be saved); the state
+ * reader's named errors otherwise. Not from an event callback. */
 typedef enum ks_slot_action { KS_SLOT_SAVE = 0, KS_SLOT_RESTORE = 1, KS_SLOT_ERASE = 2 } ks_slot_action;
 typedef struct ks_slot_result {
     int32_t n_tokens; /* tokens saved, restored or erased */

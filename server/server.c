@@ -9,6 +9,7 @@
  * the rest), waits a little for their responses to be written, stops the daemon, and returns 0.
  */
 #include "http.h"
+#include "persist.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -90,6 +91,7 @@ static void *load(void *arg) {
         atomic_store(&l->finished, -1);
         return NULL;
     }
+    if (p->prefix_cache_dir) ks_persist_restore(h->engine, p->prefix_cache_dir);
     int expected = KS_STATE_LOADING;
     if (atomic_compare_exchange_strong(&h->state, &expected, KS_STATE_READY))
         fprintf(stderr, "kiln serve: model '%s' (%s%s, %d context); listening on http://%s%s%s:%u\n",
@@ -162,6 +164,7 @@ int ks_server_run(const ks_server_params *params) {
     }
     bool signalled = wait_for_signal(&l, &set);
     shut_down(h, thread, params);
+    if (h->engine && params->prefix_cache_dir) ks_persist_save(h->engine, params->prefix_cache_dir);
     ks_engine_destroy(h->engine);
     kiln_model_destroy(l.model);
     drain_signals(&set);

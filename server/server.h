@@ -20,6 +20,7 @@ typedef struct ks_server_params {
     const char *devices;       /* kiln_model_params.devices */
     bool verbose;
     const char *slot_save_path; /* folder of /slots/{id}?action=save|restore files; NULL: those are 501 */
+    const char *prefix_cache_dir; /* the prefix cache saved here at shutdown, restored at start; NULL: not */
     ks_engine_params engine;
 } ks_server_params;
 

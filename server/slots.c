@@ -120,6 +120,10 @@ void ks__engine_run_slot_op(ks_engine *e, ks_slot_op *op) {
     op->result.ms = now_ms() - t0;
 }
 
+/* Actions run until the engine stops, except while a shutdown waits for running requests: once those are
+ * done (ks_engine_shutdown returned), the cache can be saved (persist.c). With e->mu held. */
+static bool slots_open(const ks_engine *e) { return !e->stopping && (e->accepting || e->n_live == 0); }
+
 kiln_status ks_engine_slot(ks_engine *e, ks_slot_action action, int32_t slot, const char *path,
                            ks_slot_result *out) {
     ks_slot_op op = {.action = action, .slot = slot, .path = path};
@@ -131,9 +135,9 @@ kiln_status ks_engine_slot(ks_engine *e, ks_slot_action action, int32_t slot, co
         return kiln__error(KILN_E_INVALID_ARG, "slot %d is outside 0..%d (the prefix cache's entries)", slot,
                            e->p.cache_seqs - 1);
     pthread_mutex_lock(&e->mu);
-    while (e->slot_op && !e->stopping && e->accepting) /* one action at a time */
+    while (e->slot_op && slots_open(e)) /* one action at a time */
         pthread_cond_wait(&e->slot_cv, &e->mu);
-    if (e->stopping || !e->accepting) {
+    if (!slots_open(e)) {
         pthread_mutex_unlock(&e->mu);
         return kiln__error(KILN_E_UNSUPPORTED, "the server is shutting down");
     }

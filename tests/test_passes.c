@@ -19,8 +19,8 @@ static float A[4096], B[4096], C[4096], W[4096], Bias[64];
 
 typedef kiln_tensor *(*build_fn)(kiln_graph *g);
 
-static kiln_tensor *leaf(kiln_graph *g, const char *name, float *data, int nd, int64_t a, int64_t b, int64_t c,
-                         uint32_t flags) {
+static kiln_tensor *leaf(kiln_graph *g, const char *name, float *data, int nd, int64_t a, int64_t b,
+                         int64_t c, uint32_t flags) {
     int64_t ne[3] = {a, b, c};
     return kiln__graph_leaf(g, name, KILN_TYPE_F32, nd, ne, data, flags);
 }
@@ -76,7 +76,8 @@ static void check_pass(const char *pass, build_fn build, kiln_op expect_op, kiln
             float x = *(float *)((char *)r0->data + i0 * r0->nb[0] + i1 * r0->nb[1] + i2 * r0->nb[2]);
             float y = *(float *)((char *)r1->data + i0 * r1->nb[0] + i1 * r1->nb[1] + i2 * r1->nb[2]);
             if (!(fabs((double)x - y) <= tol * fmax(1.0, fabs(x)))) {
-                harness_fail(__FILE__, __LINE__, "%s: element %lld is %.9g after, %.9g before", pass, (long long)i, y, x);
+                harness_fail(__FILE__, __LINE__, "%s: element %lld is %.9g after, %.9g before", pass,
+                             (long long)i, y, x);
                 break;
             }
         }
@@ -93,14 +94,38 @@ static kiln_tensor *build_cse(kiln_graph *g) {
     kiln_tensor *x = leaf(g, "x", A, 2, 16, 4, 1, KILN_TENSOR_INPUT);
     return kiln__add(g, kiln__silu(g, x), kiln__silu(g, x));
 }
-static void cse_merges_identical_nodes(void) { check_pass("cse", build_cse, KILN_OP_ADD, KILN_OP_NONE, 0); }
+static void cse_merges_identical_nodes(void) {
+    check_pass("cse", build_cse, KILN_OP_ADD, KILN_OP_NONE, 0);
+}
 
 static kiln_tensor *build_fold(kiln_graph *g) {
     kiln_tensor *w = leaf(g, "w", W, 2, 16, 4, 1, KILN_TENSOR_WEIGHT);
-    return kiln__add(g, leaf(g, "x", A, 2, 16, 4, 1, KILN_TENSOR_INPUT), kiln__scale(g, kiln__silu(g, w), 2.0f, 1.0f));
+    return kiln__add(g, leaf(g, "x", A, 2, 16, 4, 1, KILN_TENSOR_INPUT),
+                     kiln__scale(g, kiln__silu(g, w), 2.0f, 1.0f));
 }
 static void const_fold_evaluates_constant_subgraphs_once(void) {
     check_pass("const_fold", build_fold, KILN_OP_ADD, KILN_OP_SILU, 0);
+}
+
+/* An imported MatMul's weight: ONNX's B [K, N] lies as N-element rows, and Kiln's W is its transpose. */
+static kiln_tensor *build_transposed_weight(kiln_graph *g) {
+    kiln_tensor *b = leaf(g, "b", W, 2, 8, 16, 1, KILN_TENSOR_WEIGHT); /* ONNX B [K=16, N=8], row-major */
+    kiln_tensor *x = leaf(g, "x", A, 2, 16, 5, 1, KILN_TENSOR_INPUT);
+    return kiln__matmul(g, kiln__cont(g, kiln__transpose(g, b)), x); /* [8, 5] */
+}
+static void const_fold_copies_a_transposed_weight_once(void) {
+    check_pass("const_fold", build_transposed_weight, KILN_OP_MATMUL, KILN_OP_CONT, 0);
+}
+/* ... and absorb leaves it to folding: a transposed read (linear TRANS0) has no fast kernel. */
+static void absorb_leaves_a_transposed_weight_to_constant_folding(void) {
+    kiln_graph *g;
+    kiln_pipeline_stats st;
+    CHECK_OK(kiln__graph_create(64, &g));
+    kiln__graph_set_output(g, build_transposed_weight(g));
+    CHECK_OK(kiln__pipeline_run(g, &(kiln_pass_env){NULL, NULL}, 1u << pass_index("absorb"), true, &st));
+    CHECK(st.pass[pass_index("absorb")].rewrites == 0 && !has_op(g, KILN_OP_LINEAR) &&
+          has_op(g, KILN_OP_CONT));
+    kiln__graph_destroy(g);
 }
 
 static kiln_tensor *build_simplify(kiln_graph *g) {
@@ -116,12 +141,35 @@ static void simplify_collapses_view_chains_and_drops_identity_copies(void) {
 static kiln_tensor *build_absorb(kiln_graph *g) {
     kiln_tensor *w = leaf(g, "w", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT);
     kiln_tensor *x = leaf(g, "x", A, 2, 16, 5, 1, KILN_TENSOR_INPUT);
-    kiln_tensor *y = kiln__scale(g, kiln__matmul(g, w, x), 0.25f, 0.0f);       /* [8, 5] */
-    kiln_tensor *at = leaf(g, "a", B, 2, 3, 8, 1, KILN_TENSOR_INPUT);            /* A^T stored [3, 8] */
-    return kiln__matmul(g, kiln__cont(g, kiln__transpose(g, at)), y);           /* [3, 5] */
+    kiln_tensor *y = kiln__scale(g, kiln__matmul(g, w, x), 0.25f, 0.0f); /* [8, 5] */
+    kiln_tensor *at = leaf(g, "a", B, 2, 3, 8, 1, KILN_TENSOR_INPUT);    /* A^T stored [3, 8] */
+    return kiln__matmul(g, kiln__cont(g, kiln__transpose(g, at)), y);    /* [3, 5] */
 }
 static void absorb_turns_scales_and_transposes_into_linear_flags(void) {
     check_pass("absorb", build_absorb, KILN_OP_LINEAR, KILN_OP_CONT, 1e-5);
+}
+
+/* A transposed activation operand (an imported Q.K^T) larger than one tile block: N = 40 output rows (two
+ * blocks of 32, split by threads in 16s), K = 37, M = 70 columns (two blocks of 64). The linear node then
+ * gathers W^T into the thread's scratch and runs the F32 tile; every level this machine has is checked. */
+static float Big[40 * 37], Xbig[37 * 70];
+static kiln_tensor *build_absorb_big(kiln_graph *g) {
+    kiln_tensor *p = leaf(g, "p", Big, 2, 40, 37, 1, KILN_TENSOR_INPUT); /* stored [37 rows of 40] */
+    kiln_tensor *x = leaf(g, "x", Xbig, 2, 37, 70, 1, KILN_TENSOR_INPUT);
+    return kiln__matmul(g, kiln__cont(g, kiln__transpose(g, p)), x); /* [40, 70] */
+}
+static void absorb_of_a_transposed_operand_runs_the_tile_at_every_level(void) {
+    static const char *const levels[] = {"ref", "avx2", "avx512", "amx", "neon"};
+    for (int i = 0; i < 40 * 37; i++)
+        Big[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    for (int i = 0; i < 37 * 70; i++)
+        Xbig[i] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        if (kiln_set_cpu_level(levels[l]) != KILN_OK || strcmp(kiln_get_cpu_level(), levels[l]) != 0)
+            continue;
+        check_pass("absorb", build_absorb_big, KILN_OP_LINEAR, KILN_OP_CONT, 1e-5);
+    }
+    CHECK_OK(kiln_set_cpu_level("auto"));
 }
 
 /* The plain attention form the model builders emit, D = 16, Hq = 4, Hkv = 2, T = 3 queries over C = 7
@@ -132,11 +180,13 @@ static float Mask[AC * AT];
 static unsigned char Kc[AC * AD * AHKV * 2], Vc[AC * AD * AHKV * 2]; /* cache rows [Hkv * D, C] */
 static kiln_type cache_type = KILN_TYPE_F32;
 
-static kiln_tensor *attention_form(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask) {
-    kiln_tensor *kq = kiln__matmul(g, kiln__permute(g, k, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3)); /* [C, T, Hq] */
+static kiln_tensor *attention_form(kiln_graph *g, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
+                                   kiln_tensor *mask) {
+    kiln_tensor *kq =
+        kiln__matmul(g, kiln__permute(g, k, 0, 2, 1, 3), kiln__permute(g, q, 0, 2, 1, 3)); /* [C, T, Hq] */
     kiln_tensor *p = kiln__softmax(g, kiln__add(g, kiln__scale(g, kq, 0.25f, 0.0f), mask), 1.0f);
-    kiln_tensor *kqv = kiln__matmul(g, kiln__cont(g, kiln__permute(g, v, 1, 2, 0, 3)), p);              /* [D, T, Hq] */
-    return kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));                                            /* [D, Hq, T] */
+    kiln_tensor *kqv = kiln__matmul(g, kiln__cont(g, kiln__permute(g, v, 1, 2, 0, 3)), p); /* [D, T, Hq] */
+    return kiln__cont(g, kiln__permute(g, kqv, 0, 2, 1, 3));                               /* [D, Hq, T] */
 }
 
 static kiln_tensor *build_attention(kiln_graph *g) {
@@ -199,19 +249,23 @@ static void fuse_attention_fuses_every_layer_that_shares_one_mask(void) {
     CHECK_OK(kiln__graph_create(128, &g));
     kiln_tensor *mask = leaf(g, "mask", Mask, 2, AC, AT, 1, KILN_TENSOR_INPUT);
     kiln_tensor *q = leaf(g, "q", A, 3, AD, AHQ, AT, KILN_TENSOR_INPUT);
-    kiln_tensor *k = leaf(g, "k", B, 3, AD, AHKV, AC, KILN_TENSOR_INPUT), *v = leaf(g, "v", C, 3, AD, AHKV, AC, KILN_TENSOR_INPUT);
+    kiln_tensor *k = leaf(g, "k", B, 3, AD, AHKV, AC, KILN_TENSOR_INPUT),
+                *v = leaf(g, "v", C, 3, AD, AHKV, AC, KILN_TENSOR_INPUT);
     kiln_tensor *h = attention_form(g, q, k, v, mask);
     kiln__graph_set_output(g, attention_form(g, h, k, v, mask));
     CHECK_OK(kiln__graph_status(g));
     CHECK_OK(kiln__graph_order(g));
     CHECK_OK(kiln__pipeline_run(g, NULL, 1u << pass_index("fuse_attention"), true, &st));
-    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++) n_att += kiln__graph_node(g, i)->op == KILN_OP_ATTENTION;
+    for (int32_t i = 0; i < kiln__graph_n_nodes(g); i++)
+        n_att += kiln__graph_node(g, i)->op == KILN_OP_ATTENTION;
     CHECK_EQ_INT(n_att, 2);
     CHECK(!has_op(g, KILN_OP_SOFTMAX));
     kiln__graph_destroy(g);
 }
 
-static kiln_tensor *build_gelu(kiln_graph *g) { return kiln__gelu_unfused(g, leaf(g, "x", A, 2, 40, 3, 1, KILN_TENSOR_INPUT)); }
+static kiln_tensor *build_gelu(kiln_graph *g) {
+    return kiln__gelu_unfused(g, leaf(g, "x", A, 2, 40, 3, 1, KILN_TENSOR_INPUT));
+}
 static void fuse_gelu_recognizes_the_tanh_approximation(void) {
     check_pass("fuse_gelu", build_gelu, KILN_OP_GELU, KILN_OP_TANH, 1e-6);
 }
@@ -236,15 +290,17 @@ static void fuse_qkv_leaves_projections_whose_readers_need_whole_rows(void) {
     kiln_tensor *q = kiln__matmul(g, leaf(g, "wq", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT), x);
     kiln_tensor *k = kiln__matmul(g, leaf(g, "wk", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT), x);
     kiln_tensor *v = kiln__matmul(g, leaf(g, "wv", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT), x);
-    kiln__graph_set_output(g, kiln__add(g, kiln__reshape_2d(g, q, 4, 6), kiln__add(g, kiln__reshape_2d(g, k, 4, 6),
-                                                                                  kiln__reshape_2d(g, v, 4, 6))));
+    kiln__graph_set_output(
+        g, kiln__add(g, kiln__reshape_2d(g, q, 4, 6),
+                     kiln__add(g, kiln__reshape_2d(g, k, 4, 6), kiln__reshape_2d(g, v, 4, 6))));
     CHECK_OK(kiln__pipeline_run(g, NULL, 1u << pass_index("fuse_qkv"), true, &st));
     CHECK_EQ_INT(st.pass[pass_index("fuse_qkv")].rewrites, 0);
     kiln__graph_destroy(g);
 }
 
 static kiln_tensor *build_swiglu(kiln_graph *g) {
-    kiln_tensor *a = leaf(g, "a", A, 2, 24, 3, 1, KILN_TENSOR_INPUT), *b = leaf(g, "b", B, 2, 24, 3, 1, KILN_TENSOR_INPUT);
+    kiln_tensor *a = leaf(g, "a", A, 2, 24, 3, 1, KILN_TENSOR_INPUT),
+                *b = leaf(g, "b", B, 2, 24, 3, 1, KILN_TENSOR_INPUT);
     return kiln__mul(g, b, kiln__silu(g, a));
 }
 static void fuse_swiglu_merges_gate_activation_and_product(void) {
@@ -252,7 +308,8 @@ static void fuse_swiglu_merges_gate_activation_and_product(void) {
 }
 
 static kiln_tensor *build_rms(kiln_graph *g) {
-    kiln_tensor *x = leaf(g, "x", A, 2, 24, 3, 1, KILN_TENSOR_INPUT), *w = leaf(g, "w", W, 1, 24, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *x = leaf(g, "x", A, 2, 24, 3, 1, KILN_TENSOR_INPUT),
+                *w = leaf(g, "w", W, 1, 24, 1, 1, KILN_TENSOR_WEIGHT);
     return kiln__mul(g, kiln__rms_norm(g, x, 1e-5f), w);
 }
 static void fuse_rms_norm_multiplies_by_the_weight_in_the_same_pass(void) {
@@ -260,9 +317,10 @@ static void fuse_rms_norm_multiplies_by_the_weight_in_the_same_pass(void) {
 }
 
 static kiln_tensor *build_linear(kiln_graph *g) {
-    kiln_tensor *w = leaf(g, "w", W, 2, 16, 12, 1, KILN_TENSOR_WEIGHT), *x = leaf(g, "x", A, 2, 16, 5, 1, KILN_TENSOR_INPUT);
+    kiln_tensor *w = leaf(g, "w", W, 2, 16, 12, 1, KILN_TENSOR_WEIGHT),
+                *x = leaf(g, "x", A, 2, 16, 5, 1, KILN_TENSOR_INPUT);
     kiln_tensor *b = leaf(g, "b", Bias, 1, 12, 1, 1, KILN_TENSOR_WEIGHT);
-    kiln_tensor *h = kiln__gelu(g, kiln__add(g, kiln__matmul(g, w, x), b));     /* matmul + add + GELU */
+    kiln_tensor *h = kiln__gelu(g, kiln__add(g, kiln__matmul(g, w, x), b)); /* matmul + add + GELU */
     return kiln__relu(g, kiln__add(g, h, leaf(g, "c", C, 2, 12, 5, 1, KILN_TENSOR_INPUT))); /* add + relu */
 }
 static void fuse_linear_fuses_bias_and_activations(void) {
@@ -322,8 +380,11 @@ int main(void) {
     fill_random(Bias, 64, 5);
     RUN(cse_merges_identical_nodes);
     RUN(const_fold_evaluates_constant_subgraphs_once);
+    RUN(const_fold_copies_a_transposed_weight_once);
+    RUN(absorb_leaves_a_transposed_weight_to_constant_folding);
     RUN(simplify_collapses_view_chains_and_drops_identity_copies);
     RUN(absorb_turns_scales_and_transposes_into_linear_flags);
+    RUN(absorb_of_a_transposed_operand_runs_the_tile_at_every_level);
     RUN(fuse_attention_replaces_the_masked_score_subgraph);
     RUN(fuse_attention_reads_f16_and_q8_0_cache_rows_in_place);
     RUN(fuse_attention_fuses_every_layer_that_shares_one_mask);

@@ -11,6 +11,8 @@
 
 typedef struct entry {
     kiln_tensor key; /* op, type, shape, parameters; src[] are the sources' data pointers (cast) */
+    int64_t src_ne[KILN_MAX_SRC][KILN_MAX_DIMS]; /* and their shapes and strides: a source may be a view */
+    size_t src_nb[KILN_MAX_SRC][KILN_MAX_DIMS];  /* of a constant (a transposed weight, say) */
     void *data;
     bool owned;
 } entry;
@@ -38,22 +40,37 @@ void kiln__const_store_destroy(kiln_const_store *s) {
     kiln__dealloc(s);
 }
 
-size_t kiln__const_store_bytes(const kiln_const_store *s) { return s->bytes; }
+size_t kiln__const_store_bytes(const kiln_const_store *s) {
+    return s->bytes;
+}
 
-static void make_key(const kiln_tensor *node, kiln_tensor *key) {
-    memset(key, 0, sizeof *key);
+/* A source's bytes: a constant leaf's data, or for a view of one (constant folding takes those too) its
+ * base's data at the view's offset. */
+static void *source_bytes(const kiln_tensor *src) {
+    return src->view_src ? (char *)src->view_src->data + src->view_offset : src->data;
+}
+
+static void make_key(const kiln_tensor *node, entry *e) {
+    kiln_tensor *key = &e->key;
+    memset(e, 0, sizeof *e);
     key->op = node->op;
     key->type = node->type;
     memcpy(key->ne, node->ne, sizeof key->ne);
     memcpy(key->ip, node->ip, sizeof key->ip);
     memcpy(key->fp, node->fp, sizeof key->fp);
-    for (int k = 0; k < KILN_MAX_SRC; k++) key->src[k] = node->src[k] ? (kiln_tensor *)node->src[k]->data : NULL;
+    for (int k = 0; k < KILN_MAX_SRC && node->src[k]; k++) {
+        key->src[k] = (kiln_tensor *)source_bytes(node->src[k]);
+        memcpy(e->src_ne[k], node->src[k]->ne, sizeof e->src_ne[k]);
+        memcpy(e->src_nb[k], node->src[k]->nb, sizeof e->src_nb[k]);
+    }
 }
 
-static bool key_equal(const kiln_tensor *a, const kiln_tensor *b) {
+static bool key_equal(const entry *x, const entry *y) {
+    const kiln_tensor *a = &x->key, *b = &y->key;
     return a->op == b->op && a->type == b->type && !memcmp(a->ne, b->ne, sizeof a->ne) &&
            !memcmp(a->ip, b->ip, sizeof a->ip) && !memcmp(a->fp, b->fp, sizeof a->fp) &&
-           !memcmp(a->src, b->src, sizeof a->src);
+           !memcmp(a->src, b->src, sizeof a->src) && !memcmp(x->src_ne, y->src_ne, sizeof x->src_ne) &&
+           !memcmp(x->src_nb, y->src_nb, sizeof x->src_nb);
 }
 
 /* A concat whose sources are contiguous in memory, one after the other: the result is the first one. */
@@ -62,6 +79,7 @@ static void *adjacent_concat(const kiln_tensor *node) {
     if (node->op != KILN_OP_CONCAT) return NULL;
     next = (const char *)node->src[0]->data;
     for (int k = 0; k < KILN_MAX_SRC && node->src[k]; k++) {
+        if (node->src[k]->view_src || !kiln__tensor_is_contiguous(node->src[k])) return NULL;
         if ((const char *)node->src[k]->data != next) return NULL;
         next += kiln__tensor_nbytes(node->src[k]);
     }
@@ -69,7 +87,9 @@ static void *adjacent_concat(const kiln_tensor *node) {
 }
 
 /* Evaluate node into a fresh buffer on the backend: a small graph of copies of its source leaves. The
- * result (a computed node, never a view: constant folding skips views) is read back through the buffer
+ * sources are leaves with the sources' shapes, strides and bytes (a view of a constant becomes a leaf
+ * over its base's bytes, strided as the view). The result (a computed node, never a view: constant
+ * folding skips views) is read back through the buffer
  * verbs into host memory, where the constant leaf that replaces the node will point. */
 static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void **data) {
     kiln_graph *g = NULL;
@@ -79,7 +99,8 @@ static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void *
     kiln_status st = kiln__graph_create(16, &g);
     for (int k = 0; !st && k < KILN_MAX_SRC && node->src[k]; k++) {
         const kiln_tensor *src = node->src[k];
-        proto.src[k] = kiln__graph_leaf(g, src->name, src->type, src->n_dims, src->ne, src->data, KILN_TENSOR_CONST);
+        proto.src[k] = kiln__graph_leaf(g, src->name, src->type, src->n_dims, src->ne, source_bytes(src),
+                                        KILN_TENSOR_CONST);
         if (proto.src[k]) memcpy(proto.src[k]->nb, src->nb, sizeof src->nb);
     }
     kiln_tensor *t = st ? NULL : kiln__graph_node_like(g, &proto);
@@ -88,9 +109,11 @@ static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void *
         kiln__graph_set_output(g, t);
         if (!(st = kiln__graph_order(g)) && !(st = kiln__plan_measure(g, &arena_size, NULL)) &&
             !(st = kiln__backend_buffer_alloc(s->backend, arena_size, &arena)) &&
-            !(st = kiln__plan_commit(g, arena.base, arena.size)) && !(st = kiln__backend_compute(s->backend, g))) {
+            !(st = kiln__plan_commit(g, arena.base, arena.size)) &&
+            !(st = kiln__backend_compute(s->backend, g))) {
             *data = kiln__alloc(kiln__tensor_nbytes(t));
-            if (!*data) st = kiln__nomem("a folded constant");
+            if (!*data)
+                st = kiln__nomem("a folded constant");
             else if ((st = kiln__buffer_get(&arena, t->plan_offset, *data, kiln__tensor_nbytes(t)))) {
                 kiln__dealloc(*data);
                 *data = NULL;
@@ -104,11 +127,11 @@ static kiln_status evaluate(kiln_const_store *s, const kiln_tensor *node, void *
 
 kiln_status kiln__const_store_eval(void *user, const kiln_tensor *node, void **data) {
     kiln_const_store *s = user;
-    entry e = {0};
+    entry e;
     kiln_status st;
-    make_key(node, &e.key);
+    make_key(node, &e);
     for (int32_t i = 0; i < s->n; i++)
-        if (key_equal(&s->entries[i].key, &e.key)) {
+        if (key_equal(&s->entries[i], &e)) {
             *data = s->entries[i].data;
             return KILN_OK;
         }

@@ -17,7 +17,9 @@
  *
  * The fused linear op (src0 W, src1 X, optional src2 bias; f[0] alpha; i[0] activation) runs through the
  * same driver with its epilogue applied to each block of outputs, in the reference's order (scale, bias,
- * activation); a transposed weight (KILN_LINEAR_TRANS0) goes to the reference kernel.
+ * activation). A transposed F32 operand (KILN_LINEAR_TRANS0: W read as [N, K] with contiguous N, an
+ * activation such as attention's K^T in an imported graph) is gathered a block of 32 output rows at a time
+ * into the thread's scratch as plain [K] rows and multiplied with the F32 tile, like converted rows.
  */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_fused.h"
@@ -32,9 +34,14 @@ static bool converts_rows(const kiln_tensor *w, const kiln_tensor *x) {
     return (w->type == KILN_TYPE_F16 || w->type == KILN_TYPE_BF16) && x->ne[1] >= 4;
 }
 
+/* A linear node whose operand is read transposed: W [N, K] (element (n, k) at n * nb[0] + k * nb[1]). */
+static bool transposed(const kiln_tensor *node) {
+    return node->op == KILN_OP_LINEAR && (node->ip[1] & KILN_LINEAR_TRANS0);
+}
+
 size_t kiln__cpu_matmul_scratch_floats(const kiln_tensor *node) {
     const kiln_tensor *w = node->src[0], *x = node->src[1];
-    if (converts_rows(w, x)) return (size_t)ROW_BLOCK * (size_t)x->ne[0];
+    if (converts_rows(w, x) || transposed(node)) return (size_t)ROW_BLOCK * (size_t)x->ne[0];
     return (size_t)x->ne[0]; /* one dequantized row for the fallback */
 }
 
@@ -46,8 +53,10 @@ static bool bf16_columns(const kiln_cpu_isa *isa, const kiln_tensor *w, const ki
 
 size_t kiln__cpu_matmul_shared_bytes(const kiln_tensor *node) {
     const kiln_tensor *w = node->src[0], *x = node->src[1];
-    /* Sized for the bf16 columns whenever the level could use them; unused when the weight is not repacked. */
-    if (bf16_columns(kiln__cpu_isa(), w, x)) return kiln__bf16_row_bytes(x->ne[0]) * (size_t)kiln__tensor_nrows(x);
+    /* Sized for the bf16 columns whenever the level could use them; unused when the weight is not repacked.
+     */
+    if (bf16_columns(kiln__cpu_isa(), w, x))
+        return kiln__bf16_row_bytes(x->ne[0]) * (size_t)kiln__tensor_nrows(x);
     if (!kiln__mm_wants_q8(w->type)) return 0;
     /* 15 rows of padding: the AMX tiles load 16 columns at a time and ignore the extra ones. */
     return kiln__q8_row_bytes(x->ne[0]) * ((size_t)kiln__tensor_nrows(x) + 15);
@@ -65,10 +74,12 @@ static void fallback(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
         float *out = (float *)kiln__cpu_row(a->dst, 0, i2, i3) + n;
         kiln__dequantize_row(w->type, kiln__cpu_row(w, n, i2 / r2, i3 / r3), a->scratch, K);
         if (vec) { /* the F32 tile on the dequantized row */
-            isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1], out, os);
+            isa->mm[KILN_TYPE_F32](K, a->scratch, 0, 1, kiln__cpu_row(x, 0, i2, i3), x->nb[1], x->ne[1], out,
+                                   os);
         } else {
             for (int64_t m = 0; m < x->ne[1]; m++)
-                out[m * (int64_t)os] = isa->dot_f32(a->scratch, (const float *)kiln__cpu_row(x, m, i2, i3), K);
+                out[m * (int64_t)os] =
+                    isa->dot_f32(a->scratch, (const float *)kiln__cpu_row(x, m, i2, i3), K);
         }
         if (a->dst->op == KILN_OP_LINEAR) epilogue(a->dst, out, os, 1, x->ne[1], n);
     }
@@ -112,9 +123,11 @@ static void epilogue(const kiln_tensor *dst, float *out, size_t os, int64_t rows
     for (int64_t m = 0; m < M; m++) {
         float *o = out + m * (int64_t)os;
         if (alpha != 1.0f)
-            for (int64_t r = 0; r < rows; r++) o[r] *= alpha;
+            for (int64_t r = 0; r < rows; r++)
+                o[r] *= alpha;
         if (b)
-            for (int64_t r = 0; r < rows; r++) o[r] += b[r];
+            for (int64_t r = 0; r < rows; r++)
+                o[r] += b[r];
         kiln__act_row(isa, act, o, o, rows);
     }
 }
@@ -124,36 +137,47 @@ static void multiply(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
                      int64_t n1) {
     const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
     kiln_tensor *dst = a->dst;
-    int64_t K = w->ne[0], M = x->ne[1], r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
+    int64_t K = x->ne[0], M = x->ne[1], r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
     bool packed = a->packed && isa->mm_packed[w->type], bf16 = packed && bf16_columns(isa, w, x);
-    bool q8 = kiln__mm_wants_q8(w->type), convert = converts_rows(w, x);
+    bool q8 = kiln__mm_wants_q8(w->type), convert = converts_rows(w, x), gather = transposed(dst);
     size_t xs = q8 ? kiln__q8_row_bytes(K) : bf16 ? kiln__bf16_row_bytes(K) : x->nb[1];
     size_t os = dst->nb[1] / sizeof(float);
     const char *xb = q8 || bf16 ? (const char *)a->shared + (size_t)((i3 * x->ne[2] + i2) * M) * xs
                                 : kiln__cpu_row(x, 0, i2, i3);
     float *ob = (float *)kiln__cpu_row(dst, 0, i2, i3);
-    kiln_mm_fn mm = convert ? isa->mm[KILN_TYPE_F32] : isa->mm[w->type];
+    kiln_mm_fn mm = convert || gather ? isa->mm[KILN_TYPE_F32] : isa->mm[w->type];
     size_t gs = packed ? kiln__repack_group_bytes(w->type, K) : 0;
     if (packed) mm = bf16 ? isa->mm_packed_bf16[w->type] : isa->mm_packed[w->type];
     for (int64_t nb = n0; nb < n1; nb += ROW_BLOCK) {
         int64_t rows = KILN__MIN(ROW_BLOCK, n1 - nb);
-        const char *wr = kiln__cpu_row(w, nb, i2 / r2, i3 / r3);
+        const char *wr = gather ? NULL : kiln__cpu_row(w, nb, i2 / r2, i3 / r3);
         size_t ws = w->nb[1];
-        if (packed) {
+        if (gather) { /* rows nb .. nb + rows of W^T: K rows of `rows` contiguous floats, transposed */
+            const char *base = kiln__cpu_row(w, 0, i2 / r2, i3 / r3) + nb * (int64_t)w->nb[0];
+            for (int64_t k = 0; k < K; k++) {
+                const float *src = (const float *)(base + k * (int64_t)w->nb[1]);
+                for (int64_t r = 0; r < rows; r++)
+                    a->scratch[r * K + k] = src[r];
+            }
+            wr = (const char *)a->scratch;
+            ws = (size_t)K * sizeof(float);
+        } else if (packed) {
             wr = (const char *)a->packed + (size_t)(nb / 16) * gs;
             ws = gs;
         } else if (convert) {
             for (int64_t r = 0; r < rows; r++) {
                 const uint16_t *src = (const uint16_t *)(wr + r * (int64_t)w->nb[1]);
-                if (w->type == KILN_TYPE_F16) isa->f16_to_f32(src, a->scratch + r * K, K);
-                else isa->bf16_to_f32(src, a->scratch + r * K, K);
+                if (w->type == KILN_TYPE_F16)
+                    isa->f16_to_f32(src, a->scratch + r * K, K);
+                else
+                    isa->bf16_to_f32(src, a->scratch + r * K, K);
             }
             wr = (const char *)a->scratch;
             ws = (size_t)K * sizeof(float);
         }
         for (int64_t m = 0; m < M; m += COL_BLOCK)
-            mm(K, wr, ws, rows, xb + m * (int64_t)xs, xs, KILN__MIN(COL_BLOCK, M - m), ob + m * (int64_t)os + nb,
-               os);
+            mm(K, wr, ws, rows, xb + m * (int64_t)xs, xs, KILN__MIN(COL_BLOCK, M - m),
+               ob + m * (int64_t)os + nb, os);
         if (dst->op == KILN_OP_LINEAR) epilogue(dst, ob + nb, os, rows, M, nb);
     }
 }
@@ -161,13 +185,16 @@ static void multiply(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
 /* Whether the tile kernels can take this node: a kernel for the type, rows of contiguous elements. */
 static bool fast_ok(const kiln_cpu_isa *isa, const kiln_tensor *node) {
     const kiln_tensor *w = node->src[0], *x = node->src[1];
+    if (transposed(node))
+        return isa->mm[KILN_TYPE_F32] != NULL && w->type == KILN_TYPE_F32 && w->nb[0] == sizeof(float) &&
+               x->nb[0] == sizeof(float);
     return isa->mm[w->type] != NULL && x->nb[0] == sizeof(float) && w->nb[0] <= w->nb[1];
 }
 
 void kiln__cpu_matmul(const kiln_cpu_args *a) {
     const kiln_tensor *w = a->dst->src[0], *x = a->dst->src[1];
     const kiln_cpu_isa *isa = kiln__cpu_isa();
-    int64_t N = w->ne[1], units = (N + 15) / 16, u0, u1, n0, n1;
+    int64_t N = transposed(a->dst) ? w->ne[0] : w->ne[1], units = (N + 15) / 16, u0, u1, n0, n1;
     bool fast = fast_ok(isa, a->dst);
     if (fast && kiln__mm_wants_q8(w->type)) {
         quantize_columns(a, isa);
@@ -181,13 +208,15 @@ void kiln__cpu_matmul(const kiln_cpu_args *a) {
     n1 = KILN__MIN(u1 * 16, N);
     for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
-            if (fast) multiply(a, isa, i2, i3, n0, n1);
-            else fallback(a, isa, i2, i3, n0, n1);
+            if (fast)
+                multiply(a, isa, i2, i3, n0, n1);
+            else
+                fallback(a, isa, i2, i3, n0, n1);
         }
 }
 
 void kiln__cpu_linear_fast(const kiln_cpu_args *a) {
-    if (a->dst->ip[1] & KILN_LINEAR_TRANS0) {
+    if (transposed(a->dst) && !fast_ok(kiln__cpu_isa(), a->dst)) {
         kiln__cpu_linear(a);
         return;
     }

@@ -1,5 +1,6 @@
 /*
- * const_fold.c - constant folding: a node whose sources are all constants (weights or folded leaves), and
+ * const_fold.c - constant folding: a node whose sources are all constants (weights or folded leaves, or
+ * views of them: a transposed weight), and
  * that depends on no input or cache, is evaluated once at compile time through the
  * environment's evaluator and replaced by a constant leaf holding the result. The merged QKV weight
  * (a concat of three weights) is the main customer.
@@ -10,7 +11,7 @@
 static bool foldable(const kiln_tensor *t) {
     if (t->op == KILN_OP_NONE || kiln__op_is_view(t->op)) return false;
     for (int k = 0; k < KILN_MAX_SRC; k++)
-        if (t->src[k] && !is_const(t->src[k])) return false;
+        if (t->src[k] && !is_const_or_view(t->src[k])) return false;
     return true;
 }
 

@@ -9,14 +9,18 @@
 
 #include <math.h>
 
-static inline bool is_op(const kiln_tensor *t, kiln_op op) { return t && t->op == op; }
+static inline bool is_op(const kiln_tensor *t, kiln_op op) {
+    return t && t->op == op;
+}
 
 /* t is read by exactly one node and is not an output: fusing it away loses nothing. */
 static inline bool only_use(const kiln_graph *g, const kiln_tensor *t) {
     return t && kiln__graph_uses(g, t) == 1 && !(t->flags & KILN_TENSOR_OUTPUT);
 }
 
-static inline bool near(float a, float b) { return fabsf(a - b) <= 1e-6f * fmaxf(1.0f, fabsf(b)); }
+static inline bool near(float a, float b) {
+    return fabsf(a - b) <= 1e-6f * fmaxf(1.0f, fabsf(b));
+}
 
 static inline bool is_permute(const kiln_tensor *t, int a0, int a1, int a2, int a3) {
     return (is_op(t, KILN_OP_PERMUTE) || is_op(t, KILN_OP_TRANSPOSE)) && t->ip[0] == a0 && t->ip[1] == a1 &&
@@ -26,6 +30,13 @@ static inline bool is_permute(const kiln_tensor *t, int a0, int a1, int a2, int 
 /* A constant: a weight or a folded constant leaf. */
 static inline bool is_const(const kiln_tensor *t) {
     return t->op == KILN_OP_NONE && (t->flags & (KILN_TENSOR_WEIGHT | KILN_TENSOR_CONST));
+}
+
+/* A constant, or a view of one (a transposed or reshaped weight): constant folding evaluates nodes over
+ * these once. */
+static inline bool is_const_or_view(const kiln_tensor *t) {
+    if (is_const(t)) return true;
+    return kiln__op_is_view(t->op) && t->view_src && is_const(t->view_src);
 }
 
 /* Replace old by repl (see kiln__graph_replace) and recount uses. Passes scan the order from the start

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""
+onnx_compare.py - Kiln's ONNX sessions against onnxruntime on the same models, inputs and threads, in one
+run (issue 22, part 6; docs/performance.md, "ONNX models").
+
+    python3 bench/onnx_compare.py                          # the default grid (below)
+    python3 bench/onnx_compare.py --models mlp --batch 1 --seq 32 --threads 1 --reps 5
+    python3 bench/onnx_compare.py --json results.json      # also write every sample
+
+Models, built here with onnx.helper (random weights from a fixed seed, float32, opset 17, batch and
+sequence as dynamic dims, so one file serves every configuration and each side compiles per shape):
+  mlp      BERT-base's feed-forward: MatMul 768->3072 + bias, GELU (the Erf form torch.onnx writes),
+           MatMul 3072->768 + bias
+  encoder  one BERT-base encoder layer, post-norm, 12 heads of 64, no attention mask: Q/K/V MatMul + bias,
+           Reshape/Transpose to heads, MatMul Q.K^T, Div by 8, Softmax, MatMul with V, Transpose/Reshape
+           back, output MatMul + bias, residual Add, LayerNormalization, the mlp above, residual Add,
+           LayerNormalization
+Before timing, each configuration's outputs are compared (max |kiln - ort| over max |ort|; the run stops
+when it is over --tol). Timing: after --warmup runs of each, --reps rounds that alternate the two
+engines (the order flips every round), each sample the mean over enough runs to last >= --min-sample
+seconds; the medians are reported, and the ratio ort_ms / kiln_ms (> 1: Kiln is faster).
+onnxruntime runs with intra_op_num_threads = inter_op_num_threads... = the threads given,
+graph_optimization_level ORT_ENABLE_ALL, sequential execution; Kiln with the same thread count. The CPU
+(model name and flags that matter) and both versions are printed with the table.
+
+Needs the pinned onnx and onnxruntime (scripts/test-onnx.sh's venv: BUILD/venv-onnx/bin/python) and the
+kiln Python package (python/) with KILN_LIBRARY naming the build's libkiln.so when not installed.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import kiln  # noqa: E402
+
+D, FF, HEADS = 768, 3072, 12
+
+
+class Builder:
+    """Nodes and initializers of one graph, with fresh names."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.n = [], [], 0
+
+    def name(self, base):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def weight(self, shape, scale):
+        name = self.name("w")
+        self.inits.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32),
+                                                  name))
+        return name
+
+    def const(self, values, dtype=np.int64):
+        name = self.name("c")
+        self.inits.append(numpy_helper.from_array(np.array(values, dtype=dtype), name))
+        return name
+
+    def op(self, op_type, inputs, **attrs):
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+    def linear(self, x, n_in, n_out):
+        return self.op("Add", [self.op("MatMul", [x, self.weight((n_in, n_out), n_in ** -0.5)]),
+                               self.weight((n_out,), 0.02)])
+
+    def gelu(self, x):  # x * 0.5 * (1 + erf(x / sqrt(2))), as torch.onnx exports nn.GELU()
+        e = self.op("Erf", [self.op("Div", [x, self.const(np.sqrt(2.0), np.float32)])])
+        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [e, self.const(1.0, np.float32)])]),
+                               self.const(0.5, np.float32)])
+
+    def mlp(self, x):
+        return self.linear(self.gelu(self.linear(x, D, FF)), FF, D)
+
+    def layer_norm(self, x):
+        return self.op("LayerNormalization", [x, self.weight((D,), 0.02), self.weight((D,), 0.02)], axis=-1,
+                       epsilon=1e-12)
+
+    def heads(self, x):  # [B, S, D] -> [B, H, S, D/H]
+        return self.op("Transpose", [self.op("Reshape", [x, self.const([0, 0, HEADS, D // HEADS])])],
+                       perm=[0, 2, 1, 3])
+
+    def encoder(self, x):
+        q, k, v = (self.heads(self.linear(x, D, D)) for _ in range(3))
+        kt = self.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = self.op("Div", [self.op("MatMul", [q, kt]), self.const(8.0, np.float32)])
+        ctx = self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])
+        merged = self.op("Reshape", [self.op("Transpose", [ctx], perm=[0, 2, 1, 3]), self.const([0, 0, D])])
+        h = self.layer_norm(self.op("Add", [x, self.linear(merged, D, D)]))
+        return self.layer_norm(self.op("Add", [h, self.mlp(h)]))
+
+
+def make_model(kind):
+    b = Builder(seed=22)
+    y = b.mlp("x") if kind == "mlp" else b.encoder("x")
+    b.nodes.append(helper.make_node("Identity", [y], ["y"]))
+    graph = helper.make_graph(b.nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", D])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        name = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
+        flags = next(line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags"))
+        fam = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("cpu family"))
+        mod = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model\t"))
+        isa = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile") if f in flags]
+        return f"{name} (family {fam} model {mod}; {', '.join(isa)}; {os.cpu_count()} logical CPUs)"
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def sample_ms(run, min_seconds):
+    """Mean milliseconds per run over enough runs to last min_seconds."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        run()
+        n += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_seconds:
+            return elapsed * 1e3 / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="mlp,encoder")
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--seq", default="32,128,512")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=5, help="alternating rounds (medians over these)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-sample", type=float, default=0.3, help="seconds each sample lasts at least")
+    ap.add_argument("--tol", type=float, default=1e-4, help="max |kiln - ort| / max |ort| allowed")
+    ap.add_argument("--json", help="write every sample here")
+    a = ap.parse_args()
+    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+    print(f"CPU: {cpu_name()}")
+    print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}; kiln {kiln.__file__}")
+    print(f"{a.reps} alternating rounds, samples >= {a.min_sample} s, medians; ratio = ort / kiln (> 1: Kiln faster)")
+    print()
+    print("| model | batch | seq | threads | kiln ms | ort ms | ratio | max rel err |")
+    print("|---|---|---|---|---|---|---|---|")
+    records = []
+    for kind in a.models.split(","):
+        blob = make_model(kind)
+        for threads in ints(a.threads):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = threads
+            so.inter_op_num_threads = 1
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            ref = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            ko = kiln.SessionOptions()
+            ko.intra_op_num_threads = threads
+            ks = kiln.InferenceSession(blob, ko)
+            for batch in ints(a.batch):
+                for seq in ints(a.seq):
+                    x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, D)).astype(np.float32)
+                    feed = {"x": x}
+                    want = ref.run(None, feed)[0]
+                    got = ks.run(None, feed)[0]
+                    err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+                    if not err <= a.tol:
+                        sys.exit(f"{kind} batch {batch} seq {seq}: Kiln's output differs from onnxruntime's by "
+                                 f"{err:.3g} of its scale (--tol {a.tol})")
+                    run_k = lambda: ks.run(None, feed)  # noqa: E731
+                    run_o = lambda: ref.run(None, feed)  # noqa: E731
+                    for _ in range(a.warmup):
+                        run_k()
+                        run_o()
+                    k_ms, o_ms = [], []
+                    for r in range(a.reps):
+                        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+                            (k_ms if which == 0 else o_ms).append(sample_ms(run_k if which == 0 else run_o, a.min_sample))
+                    km, om = statistics.median(k_ms), statistics.median(o_ms)
+                    print(f"| {kind} | {batch} | {seq} | {threads} | {km:.2f} | {om:.2f} | {om / km:.2f} | {err:.1e} |",
+                          flush=True)
+                    records.append({"model": kind, "batch": batch, "seq": seq, "threads": threads, "kiln_ms": k_ms,
+                                    "ort_ms": o_ms, "ratio": om / km, "max_rel_err": err})
+            ks.close() if hasattr(ks, "close") else None
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"cpu": cpu_name(), "onnxruntime": ort.__version__, "records": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
