@@ -69,9 +69,7 @@ static kiln_status start(kiln_onnx_session *s, const kiln_onnx_session_params *p
     def.capacity = capacity_of;
     def.build = build;
     def.user = s;
-    /* Every pass but absorb: on imported graphs its transposed reads (the products of two activations in
-     * attention) take the reference kernel's strided dot products, slower than the copy it removes. */
-    if ((st = kiln__passes_parse("-absorb", &def.passes))) return st;
+    def.passes = KILN_PASSES_ALL;
     return kiln__program_create(s->engine, &def, &s->program);
 }
 
