@@ -201,34 +201,10 @@ static kiln_tensor *lower_unary(lower *c) {
     return fail(c, "no lowering for this operator");
 }
 
-/* Input i as the W [K, N] of Kiln's matmul when the ONNX operand is B [K, N] (Kiln ne {N, K}): for a 2-D
- * float initializer, a transposed copy made once per session and kept by the lowering (the passes could not
- * fold the transpose of a weight before absorbing it into a slower transposed read); otherwise a transposed
- * copy in the graph. */
-static kiln_tensor *weight_kn(lower *c, int32_t i, kiln_tensor *b) {
-    const kiln__onnx_value *v = kiln__onnx_value_find(c->m, c->n->inputs[i]);
-    int32_t k = (int32_t)(v - c->m->values);
-    if (!b || !v->init || b->op != KILN_OP_NONE || b->n_dims != 2)
-        return kiln__cont(c->g, kiln__transpose(c->g, b));
-    int64_t ne[2] = {b->ne[1], b->ne[0]}; /* {K, N} */
-    float *t = c->l->transposed[k];
-    if (!t) {
-        const float *src = b->data;
-        if (!(t = kiln__alloc_array((size_t)(ne[0] * ne[1]), sizeof *t))) {
-            c->status = kiln__nomem("a transposed ONNX weight");
-            return NULL;
-        }
-        for (int64_t n = 0; n < ne[1]; n++)
-            for (int64_t kk = 0; kk < ne[0]; kk++)
-                t[n * ne[0] + kk] = src[kk * ne[1] + n];
-        c->l->transposed[k] = t;
-    }
-    return kiln__graph_leaf(c->g, b->name, KILN_TYPE_F32, 2, ne, t, KILN_TENSOR_WEIGHT);
-}
-
 /* Y = A . B with numpy's matmul rules (1-D operands promoted and their dim dropped; batch dims broadcast
  * one way). Kiln's matmul is W . X with W [K, N] and X [K, M] -> [N, M]: X is A as it lies, W is B
- * transposed (weight_kn). */
+ * transposed: a copy that constant folding makes once when B is a weight, and that the absorb pass turns
+ * into a transposed read when B is an activation. */
 static kiln_tensor *lower_matmul(lower *c) {
     kiln_graph *g = c->g;
     kiln_tensor *a = operand(c, 0), *b = operand(c, 1), *w, *y;
@@ -236,7 +212,7 @@ static kiln_tensor *lower_matmul(lower *c) {
     int64_t dims[KILN_MAX_DIMS + 2];
     int32_t ro = 0;
     if (!a || !b) return NULL;
-    w = rb == 1 ? b : weight_kn(c, 1, b); /* [K, N, batch] */
+    w = rb == 1 ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N, batch] */
     if (!w) return NULL;
     if (a->ne[2] % w->ne[2] == 0 && a->ne[3] % w->ne[3] == 0) {
         y = kiln__matmul(g, w, a); /* [N, M, batch of A] */
@@ -262,7 +238,7 @@ static kiln_tensor *lower_gemm(lower *c) {
     float alpha = attr_float(c->n, "alpha", 1.0f), beta = attr_float(c->n, "beta", 1.0f);
     if (!a || !b || c->status) return NULL;
     x = attr_int(c->n, "transA", 0) ? kiln__cont(g, kiln__transpose(g, a)) : a; /* [K, M] */
-    w = attr_int(c->n, "transB", 0) ? b : weight_kn(c, 1, b);                   /* [K, N] */
+    w = attr_int(c->n, "transB", 0) ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N] */
     y = kiln__matmul(g, w, x);
     if (y && alpha != 1.0f) y = kiln__scale(g, y, alpha, 0.0f);
     if (!bias || !y) return y;
@@ -588,8 +564,7 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
     l->ints = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->ints);
     l->pool = kiln__alloc_array(KILN_ONNX_INT_POOL, sizeof *l->pool);
     l->pool_cap = KILN_ONNX_INT_POOL;
-    l->transposed = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->transposed);
-    if (!l->axis_sym || !l->vals || !l->sym_store || !l->ints || !l->pool || !l->transposed)
+    if (!l->axis_sym || !l->vals || !l->sym_store || !l->ints || !l->pool)
         return kiln__nomem("an ONNX lowering's tables");
     for (int32_t i = 0; i < m->n_feed; i++)
         if ((s = check_input(l, i))) return s;
@@ -606,9 +581,6 @@ void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
     if (!l) return;
     for (int32_t i = 0; i < l->n_consts; i++)
         kiln__dealloc(l->consts[i].data);
-    for (int32_t i = 0; l->transposed && i < l->m->n_values; i++)
-        kiln__dealloc(l->transposed[i]);
-    kiln__dealloc(l->transposed);
     kiln__dealloc(l->axis_sym);
     kiln__dealloc(l->vals);
     kiln__dealloc(l->sym_store);

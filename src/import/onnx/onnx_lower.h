@@ -47,8 +47,6 @@ typedef struct kiln__onnx_lowering {
         int64_t n;
     } * ints;      /* [n_values] */
     int64_t *pool; /* their elements */
-    float *
-        *transposed; /* [n_values]: B^T of a MatMul/Gemm weight B, made once (Kiln's matmul takes W [K, N]) */
     int64_t pool_cap, pool_used;
 } kiln__onnx_lowering;
 
