@@ -270,24 +270,25 @@ static bool value_used(const kiln_onnx *m, const char *name) {
     return false;
 }
 
-/* A leaf of n floats of 1/n (a mean as a product), made once per length and kept by the lowering. */
-static kiln_tensor *mean_weights(lower *c, int64_t n) {
+/* A leaf of n floats of `value` (1/n: a mean as a product; 1: a sum), made once per length and value and
+ * kept by the lowering: Kiln has no reduction op, and a product with it is one matmul. */
+static kiln_tensor *reduce_weights(lower *c, int64_t n, float value) {
     kiln__onnx_lowering *l = c->l;
     float *data = NULL;
     for (int32_t i = 0; i < l->n_consts && !data; i++)
-        if (l->consts[i].n == n) data = l->consts[i].data;
+        if (l->consts[i].n == n && l->consts[i].value == value) data = l->consts[i].data;
     if (!data) {
         if (l->n_consts == KILN_ONNX_MAX_CONSTS)
             return fail(c, "over %d constant lengths", KILN_ONNX_MAX_CONSTS);
         if (!(data = kiln__alloc_array((size_t)n, sizeof *data))) {
-            c->status = kiln__nomem("a LayerNormalization mean vector");
+            c->status = kiln__nomem("a reduction's weights");
             return NULL;
         }
         for (int64_t i = 0; i < n; i++)
-            data[i] = 1.0f / (float)n;
-        l->consts[l->n_consts++] = (struct kiln__onnx_const){n, data};
+            data[i] = value;
+        l->consts[l->n_consts++] = (struct kiln__onnx_const){n, value, data};
     }
-    return kiln__graph_leaf(c->g, "mean_weights", KILN_TYPE_F32, 1, &n, data, KILN_TENSOR_WEIGHT);
+    return kiln__graph_leaf(c->g, "reduce_weights", KILN_TYPE_F32, 1, &n, data, KILN_TENSOR_WEIGHT);
 }
 
 /* Record output i of the node (beyond the first, which lower_node records). */
@@ -302,7 +303,7 @@ static void put_output(lower *c, int32_t i, kiln_tensor *t) {
 static void layer_norm_stats(lower *c, kiln_tensor *x, kiln_tensor *xr, int k, float eps) {
     kiln_graph *g = c->g;
     int64_t ne[KILN_MAX_DIMS];
-    kiln_tensor *ones = mean_weights(c, xr->ne[0]), *mean, *d, *var, *inv;
+    kiln_tensor *ones = reduce_weights(c, xr->ne[0], 1.0f / (float)xr->ne[0]), *mean, *d, *var, *inv;
     if (!ones) return;
     mean = kiln__matmul(g, ones, xr); /* [1, R...] */
     d = kiln__sub(g, xr, mean);
@@ -338,6 +339,70 @@ static kiln_tensor *lower_layer_norm(lower *c) {
         layer_norm_stats(c, x, xr, k, eps);
     y = broadcast(c, KILN_OP_MUL, y, scale);
     return bias ? broadcast(c, KILN_OP_ADD, y, bias) : y;
+}
+
+/* ReduceMean and ReduceSum over any axes: the reduced Kiln dims are moved innermost (a copy unless they
+ * already are), merged into rows of K, and multiplied by a vector of 1/K or 1. */
+static kiln_tensor *lower_reduce(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *x = operand(c, 0), *xr;
+    int32_t r = rank_of(c, c->n->inputs[0]), ro = 0, axes[KILN_MAX_DIMS] = {0, 1, 2, 3}, pos = 0;
+    int64_t n_axes = 0, K = 1, ne[KILN_MAX_DIMS] = {1, 1, 1, 1}, dims[KILN_MAX_DIMS];
+    const kiln__onnx_attr *attr = kiln__onnx_find_attr(c->n, "axes");
+    const int64_t *v = attr ? attr->ints : const_ints(c, 1, &n_axes);
+    bool mean = !strcmp(c->n->op_type, "ReduceMean"), keep = attr_int(c->n, "keepdims", 1) != 0,
+         reduced[4] = {0};
+    if (!x) return NULL;
+    if (attr) n_axes = attr->n;
+    if (!v && c->n->n_inputs > 1 && c->n->inputs[1][0])
+        return fail(c, "its axes are computed from tensor values");
+    if (n_axes == 0 && attr_int(c->n, "noop_with_empty_axes", 0)) return x;
+    for (int32_t d = 0; d < r; d++)
+        reduced[d] = n_axes == 0;
+    for (int64_t i = 0; i < n_axes; i++) {
+        int64_t a = v[i] < 0 ? v[i] + r : v[i];
+        if (a < 0 || a >= r) return fail(c, "axis %lld out of range", (long long)v[i]);
+        reduced[r - 1 - a] = true;
+    }
+    for (int d = 0; d < KILN_MAX_DIMS; d++) /* reduced dims first, then the others, each in order */
+        if (reduced[d]) axes[d] = pos++, K *= x->ne[d];
+    for (int d = 0, k = 1; d < KILN_MAX_DIMS; d++)
+        if (!reduced[d]) axes[d] = pos++, ne[k++] = x->ne[d];
+    ne[0] = K;
+    xr = kiln__permute(g, x, axes[0], axes[1], axes[2], axes[3]);
+    xr = kiln__reshape(g, kiln__tensor_is_contiguous(xr) ? xr : kiln__cont(g, xr), KILN_MAX_DIMS, ne);
+    kiln_tensor *y = kiln__matmul(g, reduce_weights(c, K, mean ? 1.0f / (float)K : 1.0f), xr); /* [1, rest] */
+    for (int32_t i = 0; i < r; i++)
+        if (!reduced[r - 1 - i] || keep) dims[ro++] = reduced[r - 1 - i] ? 1 : x->ne[r - 1 - i];
+    if (ro == 0) dims[ro++] = 1; /* a scalar, held as [1] */
+    return reshape_to(c, y, ro, dims);
+}
+
+/* Pow with a constant scalar exponent of 1, 2, 3, 0.5, -0.5 or -1 (what exporters write for variances,
+ * norms and their inverses), as products, sqrt and reciprocals. */
+static kiln_tensor *lower_pow(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *x = operand(c, 0);
+    const kiln__onnx_value *e = kiln__onnx_value_find(c->m, c->n->inputs[1]);
+    double p;
+    if (!x) return NULL;
+    if (!e->init || e->init->n_elements != 1 ||
+        (e->init->type != KILN_ONNX_FLOAT && e->init->type != KILN_ONNX_INT64 &&
+         e->init->type != KILN_ONNX_INT32))
+        return fail(c, "the exponent is not a constant scalar");
+    if (e->init->type == KILN_ONNX_FLOAT)
+        p = *(const float *)e->init->data;
+    else if (e->init->type == KILN_ONNX_INT64)
+        p = (double)*(const int64_t *)e->init->data;
+    else
+        p = *(const int32_t *)e->init->data;
+    if (p == 1.0) return x;
+    if (p == 2.0) return kiln__mul(g, x, x);
+    if (p == 3.0) return kiln__mul(g, kiln__mul(g, x, x), x);
+    if (p == 0.5) return kiln__unary(g, x, KILN_UNARY_SQRT);
+    if (p == -0.5) return kiln__unary(g, kiln__unary(g, x, KILN_UNARY_SQRT), KILN_UNARY_RECIP);
+    if (p == -1.0) return kiln__unary(g, x, KILN_UNARY_RECIP);
+    return fail(c, "exponent %g (Kiln runs 1, 2, 3, 0.5, -0.5 and -1)", p);
 }
 
 static kiln_tensor *lower_transpose(lower *c) {
@@ -433,6 +498,9 @@ static const struct {
     {"Transpose", lower_transpose}, {"Reshape", lower_reshape},
     {"Flatten", lower_reshape},     {"Squeeze", lower_reshape},
     {"Unsqueeze", lower_reshape},
+    {"ReduceMean", lower_reduce},
+    {"ReduceSum", lower_reduce},
+    {"Pow", lower_pow},
 };
 
 /* ---- The builder ---- */

@@ -34,10 +34,11 @@ typedef struct kiln__onnx_lowering {
     int8_t (*axis_sym)[KILN_MAX_ONNX_RANK]; /* [n_feed][axis]: the key entry of each fed input's dim, or -1 */
     kiln_tensor **vals;                     /* [n_values] scratch: each value's tensor while building */
     char (*sym_store)[KILN_MAX_NAME];       /* storage of the unnamed dims' names */
-    /* Constants the lowering makes (the 1/K vectors of LayerNormalization's Mean and InvStdDev), kept for
-     * every plan of the session: found by their length, made at most once each. */
+    /* Constants the lowering makes (the vectors of 1/K or 1 that reductions multiply by), kept for every
+     * plan of the session: found by length and value, made at most once each. */
     struct kiln__onnx_const {
         int64_t n;
+        float value;
         float *data;
     } consts[KILN_ONNX_MAX_CONSTS];
     int32_t n_consts;
