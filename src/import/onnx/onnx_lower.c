@@ -124,10 +124,33 @@ static bool broadcasts_to(const kiln_tensor *b, const kiln_tensor *a) {
     return true;
 }
 
-/* a op b with numpy broadcasting where one operand covers the other. */
+static kiln_tensor *reduce_weights(lower *c, int64_t n, float value);
+
+/* x broadcast to the shape ne (each of x's dims is ne's or 1), as a product with ones of that shape (exact);
+ * the ones are a constant of the session's (reduce_weights). */
+static kiln_tensor *expand_to(lower *c, kiln_tensor *x, const int64_t ne[KILN_MAX_DIMS]) {
+    int64_t n = 1;
+    for (int d = 0; d < KILN_MAX_DIMS; d++)
+        if (__builtin_mul_overflow(n, ne[d], &n)) return fail(c, "a broadcast shape overflows");
+    kiln_tensor *ones = reduce_weights(c, n, 1.0f);
+    return ones ? kiln__mul(c->g, kiln__reshape(c->g, ones, KILN_MAX_DIMS, ne), x) : NULL;
+}
+
+/* a op b with numpy broadcasting: where one operand covers the other, the op broadcasts it; where they
+ * broadcast both ways ([3, 1] + [1, 4]), the first is expanded to the result's shape first. */
 static kiln_tensor *broadcast(lower *c, kiln_op op, kiln_tensor *a, kiln_tensor *b) {
     kiln_graph *g = c->g;
+    int64_t full[KILN_MAX_DIMS];
     if (!a || !b) return NULL;
+    if (!broadcasts_to(b, a) && !broadcasts_to(a, b)) {
+        for (int d = 0; d < KILN_MAX_DIMS; d++) {
+            if (a->ne[d] != b->ne[d] && a->ne[d] != 1 && b->ne[d] != 1)
+                return fail(c, "dims %lld and %lld do not broadcast", (long long)a->ne[d],
+                            (long long)b->ne[d]);
+            full[d] = a->ne[d] > b->ne[d] ? a->ne[d] : b->ne[d];
+        }
+        if (!(a = expand_to(c, a, full))) return NULL;
+    }
     if (broadcasts_to(b, a)) {
         switch (op) {
         case KILN_OP_ADD: return kiln__add(g, a, b);
@@ -144,11 +167,7 @@ static kiln_tensor *broadcast(lower *c, kiln_op op, kiln_tensor *a, kiln_tensor 
         default: return kiln__mul(g, kiln__unary(g, b, KILN_UNARY_RECIP), a); /* a * (1 / b): two roundings */
         }
     }
-    return fail(c,
-                "operands [%lld, %lld, %lld, %lld] and [%lld, %lld, %lld, %lld] (Kiln order) broadcast both "
-                "ways; Kiln broadcasts one operand to the other's shape",
-                (long long)a->ne[0], (long long)a->ne[1], (long long)a->ne[2], (long long)a->ne[3],
-                (long long)b->ne[0], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
+    return fail(c, "operands that do not broadcast");
 }
 
 /* Swap Kiln dims 0 and k (an involution), as a copy. */
@@ -218,8 +237,10 @@ static kiln_tensor *lower_matmul(lower *c) {
         y = kiln__matmul(g, w, a); /* [N, M, batch of A] */
     } else if (w->ne[2] % a->ne[2] == 0 && w->ne[3] % a->ne[3] == 0) {
         y = kiln__cont(g, kiln__transpose(g, kiln__matmul(g, a, w))); /* (B^T A^T)^T over B's batch */
-    } else {
-        return fail(c, "batch dims of both operands broadcast (Kiln broadcasts one operand's batch)");
+    } else { /* batch dims broadcast both ways: A expanded to the result's batch first */
+        int64_t full[KILN_MAX_DIMS] = {a->ne[0], a->ne[1], KILN__MAX(a->ne[2], w->ne[2]),
+                                       KILN__MAX(a->ne[3], w->ne[3])};
+        y = kiln__matmul(g, w, expand_to(c, a, full));
     }
     if (!y) return NULL;
     /* The result's ONNX dims: batch, then M unless A was 1-D, then N unless B was 1-D. */
@@ -497,10 +518,8 @@ static const struct {
     {"Softmax", lower_softmax},     {"LayerNormalization", lower_layer_norm},
     {"Transpose", lower_transpose}, {"Reshape", lower_reshape},
     {"Flatten", lower_reshape},     {"Squeeze", lower_reshape},
-    {"Unsqueeze", lower_reshape},
-    {"ReduceMean", lower_reduce},
-    {"ReduceSum", lower_reduce},
-    {"Pow", lower_pow},
+    {"Unsqueeze", lower_reshape},   {"ReduceMean", lower_reduce},
+    {"ReduceSum", lower_reduce},    {"Pow", lower_pow},
 };
 
 /* ---- The builder ---- */
