@@ -1,16 +1,20 @@
 /*
  * cmd_onnx.c - `kiln onnx inspect`: load and validate an ONNX model and print its opset, its inputs and
  * outputs with element types and shapes (symbolic dimensions by name), how many nodes of each operator it
- * has and the bytes of its initializers, as text or JSON. `kiln onnx run` is cmd_onnx_run.c.
+ * has and the bytes of its initializers, as text or JSON; or (--before/--after) the Kiln graph it lowers to,
+ * before or after the passes. `kiln onnx run` is cmd_onnx_run.c.
  */
 #include "common.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char onnx_help[] =
     "usage: kiln onnx inspect [--json] FILE\n"
+    "       kiln onnx inspect --before|--after [--dims NAME=N,...] [-t N] FILE\n"
     "       kiln onnx run MODEL --input NAME=FILE.npy ... [--output-dir DIR]   (kiln onnx run --help)\n"
     "\n"
     "Load an ONNX model (opsets 13 to 21, the operators in docs/onnx.md), validate it and infer its shapes,\n"
@@ -19,8 +23,15 @@ static const char onnx_help[] =
     "count and bytes of its initializers (those in external data files counted apart). A model Kiln cannot\n"
     "load is reported with the reason (the field, node, operator type and opset) and exit status 1.\n"
     "\n"
-    "      --json   machine-readable output (an unknown dimension is null, an unknown shape null)\n"
-    "  -h, --help   this text\n";
+    "With --before or --after, print instead the Kiln graph the model lowers to (one line per tensor, as\n"
+    "`kiln graph` does): as lowered, or after the pass pipeline (constants folded, fusions, views). "
+    "Symbolic\n"
+    "dimensions take the values --dims gives them by name (e.g. --dims batch=8,seq=128), 1 otherwise.\n"
+    "\n"
+    "      --json            machine-readable output (an unknown dimension is null, an unknown shape null)\n"
+    "      --before, --after the lowered graph, before or after the passes\n"
+    "      --dims LIST       NAME=N pairs, comma-separated, for the symbolic dimensions\n"
+    "  -h, --help            this text\n";
 
 static void json_string(const char *s) {
     putchar('"');
@@ -140,9 +151,68 @@ static void print_model(const kiln_onnx *m, const char *path, bool json) {
                n_init, bytes, n_ext, ext_bytes);
 }
 
+static void print_line(void *user, const char *line) {
+    (void)user;
+    puts(line);
+}
+
+/* The value --dims gives the symbolic dimension `name` (1 when it gives none); -1 on a malformed list. */
+static int64_t dim_value(const char *dims, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = dims; p && *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        if (!end) end = p + strlen(p);
+        if (!eq || eq > end) return -1;
+        if ((size_t)(eq - p) == n && !strncmp(p, name, n)) {
+            char *stop;
+            long long v = strtoll(eq + 1, &stop, 10);
+            return stop == end && v > 0 && v <= INT32_MAX ? v : -1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 1;
+}
+
+/* --before / --after: the session's graph for the inputs' shapes with --dims bound. */
+static int dump_graph(kiln_onnx *m, bool after, const char *dims, int threads) {
+    int32_t n = kiln_onnx_input_count(m);
+    kiln_onnx_buffer *in = calloc((size_t)(n > 0 ? n : 1), sizeof *in);
+    kiln_onnx_session_params sp = kiln_onnx_session_params_default();
+    kiln_onnx_session *s = NULL;
+    kiln_status st = in ? KILN_OK : KILN_E_NOMEM;
+    sp.n_threads = threads;
+    for (int32_t i = 0; !st && i < n; i++) {
+        kiln_onnx_value_info v;
+        if ((st = kiln_onnx_input(m, i, &v))) break;
+        if (v.rank < 0 || v.rank > KILN_MAX_ONNX_RANK) {
+            free(in);
+            return cli_usage_error("onnx", "input '%s' has no known rank", v.name);
+        }
+        in[i].name = v.name;
+        in[i].type = v.type;
+        in[i].rank = v.rank;
+        for (int32_t d = 0; d < v.rank; d++) {
+            in[i].shape[d] = v.dims[d].value >= 0 ? v.dims[d].value
+                             : v.dims[d].param    ? dim_value(dims, v.dims[d].param)
+                                                  : 1;
+            if (in[i].shape[d] < 0) {
+                free(in);
+                return cli_usage_error(
+                    "onnx", "--dims '%s': give NAME=N pairs (N from 1 to 2^31-1), comma-separated", dims);
+            }
+        }
+    }
+    if (!st) st = kiln_onnx_session_create(m, &sp, &s);
+    if (!st) st = kiln_onnx_session_graph_dump(s, in, n, after, print_line, NULL);
+    kiln_onnx_session_destroy(s);
+    free(in);
+    return st ? cli_fail("onnx", st, NULL) : CLI_OK;
+}
+
 int cmd_onnx(int argc, char **argv) {
-    const char *path = NULL;
-    bool json = false;
+    const char *path = NULL, *dims = NULL;
+    bool json = false, before = false, after = false;
+    long threads = 0;
     kiln_onnx *m;
     kiln_status s;
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -157,7 +227,20 @@ int cmd_onnx(int argc, char **argv) {
             return CLI_OK;
         } else if (!strcmp(argv[i], "--json"))
             json = true;
-        else if (argv[i][0] == '-')
+        else if (!strcmp(argv[i], "--before"))
+            before = true;
+        else if (!strcmp(argv[i], "--after"))
+            after = true;
+        else if (!strcmp(argv[i], "--dims")) {
+            if (++i >= argc) return cli_usage_error("onnx", "--dims needs a value");
+            dims = argv[i];
+        } else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) {
+            char *stop;
+            if (++i >= argc) return cli_usage_error("onnx", "%s needs a value", argv[i - 1]);
+            threads = strtol(argv[i], &stop, 10);
+            if (*stop || threads < 0 || threads > 1024)
+                return cli_usage_error("onnx", "-t '%s' is not 0..1024", argv[i]);
+        } else if (argv[i][0] == '-')
             return cli_usage_error("onnx", "unknown option '%s'", argv[i]);
         else if (path)
             return cli_usage_error("onnx", "more than one FILE");
@@ -165,7 +248,15 @@ int cmd_onnx(int argc, char **argv) {
             path = argv[i];
     }
     if (!path) return cli_usage_error("onnx", "missing FILE");
+    if (before && after) return cli_usage_error("onnx", "give --before or --after, not both");
+    if ((json && (before || after)) || (dims && !before && !after))
+        return cli_usage_error("onnx", "--json prints the model; --dims goes with --before or --after");
     if ((s = kiln_onnx_load(path, &m))) return cli_fail("onnx", s, NULL);
+    if (before || after) {
+        int rc = dump_graph(m, after, dims, (int)threads);
+        kiln_onnx_destroy(m);
+        return rc;
+    }
     print_model(m, path, json);
     kiln_onnx_destroy(m);
     return CLI_OK;

@@ -1040,6 +1040,13 @@ kiln_status kiln_onnx_session_run(kiln_onnx_session *session, const kiln_onnx_bu
 kiln_status kiln_onnx_session_output(const kiln_onnx_session *session, int32_t i, void *dst, size_t dst_size,
                                      kiln_onnx_buffer *out);
 
+/* The Kiln graph the model lowers to for these input shapes (inputs as for kiln_onnx_session_run; only
+ * names, types and shapes are read, data may be NULL), one line per tensor as `kiln graph` prints it:
+ * as lowered (optimized false) or after the pass pipeline (constants folded, fusions; `kiln onnx inspect
+ * --after`). Compiles nothing into the session's plans. */
+kiln_status kiln_onnx_session_graph_dump(kiln_onnx_session *session, const kiln_onnx_buffer *inputs, int32_t n_inputs,
+                                        bool optimized, void (*write)(void *user, const char *line), void *user);
+
 /* Runs so far, and plans compiled for them (a run of a shape already compiled compiles nothing). */
 int64_t kiln_onnx_session_runs(const kiln_onnx_session *session);
 int64_t kiln_onnx_session_compiles(const kiln_onnx_session *session);

@@ -20,6 +20,7 @@ struct kiln_program {
     kiln_buffer arenas[KILN_MAX_BACKENDS]; /* one per backend of the engine, shared by every plan */
     uint64_t clock;
     kiln_program_plan *last;
+    int64_t compiles; /* plans compiled so far */
 };
 
 static double now_ms(void) {
@@ -172,6 +173,7 @@ kiln_status kiln__program_plan(kiln_program *p, const int64_t *key, kiln_program
     plan_free(slot);
     *slot = fresh;
     slot->last_used = ++p->clock;
+    p->compiles++;
     *out = p->last = slot;
     return KILN_OK;
 }
@@ -201,6 +203,10 @@ kiln_tensor *kiln__program_output(const kiln_program_plan *plan, int32_t i) {
 
 const kiln_program_plan *kiln__program_last(const kiln_program *p) {
     return p ? p->last : NULL;
+}
+
+int64_t kiln__program_compiles(const kiln_program *p) {
+    return p ? p->compiles : 0;
 }
 
 size_t kiln__program_arena_bytes(const kiln_program *p, int32_t backend_index) {

@@ -89,6 +89,8 @@ kiln_status kiln__program_graph(kiln_program *p, const int64_t *key, bool optimi
                                 kiln_pipeline_stats *stats);
 /* The plan run or compiled most recently (tests), or NULL. */
 const kiln_program_plan *kiln__program_last(const kiln_program *p);
+/* Plans compiled so far (kiln__program_graph builds count not). */
+int64_t kiln__program_compiles(const kiln_program *p);
 /* Bytes of arena the program holds on the engine's backend i. */
 size_t kiln__program_arena_bytes(const kiln_program *p, int32_t backend_index);
 

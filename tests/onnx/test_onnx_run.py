@@ -401,3 +401,28 @@ def test_the_cli_refuses_a_malformed_npy_file_by_name(kiln_cli, tmp_path, conten
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert message in r.stderr, r.stderr
+
+
+# ---- kiln onnx inspect --before / --after ----
+
+def test_inspect_shows_the_lowered_graph_before_and_after_the_passes(kiln_cli, tmp_path):
+    """An MLP whose MatMul weights are initializers: as lowered, each weight is read transposed (a
+    transpose and a copy); after the passes the copies are constants folded once and each product with
+    its bias is one linear node. --dims binds the batch; a malformed --dims is a usage error."""
+    import subprocess
+
+    onnx.save(mlp(17), tmp_path / "mlp.onnx")
+    sym = next(d.dim_param for d in mlp(17).graph.input[0].type.tensor_type.shape.dim if d.dim_param)
+
+    def inspect(*args):
+        return subprocess.run([kiln_cli, "onnx", "inspect", *args, str(tmp_path / "mlp.onnx")], capture_output=True,
+                              text=True)
+
+    before, after = inspect("--before"), inspect("--after", "--dims", f"{sym}=3")
+    assert before.returncode == 0 and after.returncode == 0, before.stderr + after.stderr
+    ops = lambda text: [line.split()[2] for line in text.splitlines() if line.startswith("#")]  # noqa: E731
+    assert "transpose" in ops(before.stdout) and "matmul" in ops(before.stdout) and "linear" not in ops(before.stdout)
+    assert "transpose" not in ops(after.stdout) and "matmul" not in ops(after.stdout) and "linear" in ops(after.stdout)
+    assert ", 3, 1, 1]" in after.stdout  # the batch bound to 3
+    bad = inspect("--after", "--dims", f"{sym}=zero")
+    assert bad.returncode == 2 and "--dims" in bad.stderr, bad.stderr

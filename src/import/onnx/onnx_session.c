@@ -22,7 +22,7 @@ struct kiln_onnx_session {
     kiln_program *program;
     const char **input_names; /* [n_feed], the model's strings */
     kiln_program_plan *last;  /* the plan of the last successful run */
-    int64_t runs, compiles;
+    int64_t runs;
 };
 
 kiln_onnx_session_params kiln_onnx_session_params_default(void) {
@@ -38,7 +38,6 @@ static int32_t capacity_of(void *user, const int64_t *key) {
 
 static kiln_status build(void *user, kiln_graph *g, const int64_t *key) {
     kiln_onnx_session *s = user;
-    s->compiles++;
     return kiln__onnx_lower(&s->lowering, g, key);
 }
 
@@ -108,9 +107,10 @@ static int32_t feed_index(const kiln_onnx_session *s, const char *name) {
     return -1;
 }
 
-/* Check one input buffer against fed input i and bind its dynamic dims into key. */
+/* Check one input buffer against fed input i and bind its dynamic dims into key; shapes_only: its data
+ * and size are not looked at (a graph dump). */
 static kiln_status check_buffer(const kiln_onnx_session *s, int32_t i, const kiln_onnx_buffer *b,
-                                int64_t *key, bool *bound) {
+                                int64_t *key, bool *bound, bool shapes_only) {
     const kiln__onnx_vinfo *info = &kiln__onnx_value_find(s->m, b->name)->info;
     uint64_t n = 1;
     if (b->type != KILN_ONNX_FLOAT)
@@ -139,6 +139,7 @@ static kiln_status check_buffer(const kiln_onnx_session *s, int32_t i, const kil
         if (kiln__mul_overflow_u64(n, (uint64_t)d, &n))
             return kiln__error(KILN_E_RANGE, "input '%s': the element count overflows", b->name);
     }
+    if (shapes_only) return KILN_OK;
     if (!b->data || ((uintptr_t)b->data & 3u))
         return kiln__error(KILN_E_INVALID_ARG, "input '%s': data is %s", b->name,
                            b->data ? "not aligned to 4 bytes" : "NULL");
@@ -150,7 +151,7 @@ static kiln_status check_buffer(const kiln_onnx_session *s, int32_t i, const kil
 
 /* The key of a run from its inputs; slot[i] = the buffer fed to input i. */
 static kiln_status key_of(const kiln_onnx_session *s, const kiln_onnx_buffer *inputs, int32_t n_inputs,
-                          int64_t *key, const kiln_onnx_buffer **slot) {
+                          int64_t *key, const kiln_onnx_buffer **slot, bool shapes_only) {
     bool bound[KILN_ONNX_MAX_SYMS] = {false};
     kiln_status st;
     key[0] = 1;
@@ -164,7 +165,7 @@ static kiln_status key_of(const kiln_onnx_session *s, const kiln_onnx_buffer *in
                                b->name ? b->name : "(null)");
         if (slot[i]) return kiln__error(KILN_E_INVALID_ARG, "input '%s' is given twice", b->name);
         slot[i] = b;
-        if ((st = check_buffer(s, i, b, key, bound))) return st;
+        if ((st = check_buffer(s, i, b, key, bound, shapes_only))) return st;
     }
     return KILN_OK;
 }
@@ -176,7 +177,7 @@ kiln_status kiln_onnx_session_run(kiln_onnx_session *s, const kiln_onnx_buffer *
     kiln_status st;
     if (!s) return kiln__error(KILN_E_INVALID_ARG, "kiln_onnx_session_run: session is NULL");
     s->last = NULL;
-    if ((st = key_of(s, inputs, n_inputs, key, slot))) return st;
+    if ((st = key_of(s, inputs, n_inputs, key, slot, false))) return st;
     pthread_mutex_lock(&s->engine->lock);
     st = kiln__program_plan(s->program, key, &plan);
     if (!st) {
@@ -188,6 +189,24 @@ kiln_status kiln_onnx_session_run(kiln_onnx_session *s, const kiln_onnx_buffer *
     if (st) return st;
     s->last = plan;
     s->runs++;
+    return KILN_OK;
+}
+
+kiln_status kiln_onnx_session_graph_dump(kiln_onnx_session *s, const kiln_onnx_buffer *inputs,
+                                         int32_t n_inputs, bool optimized,
+                                         void (*write)(void *user, const char *line), void *user) {
+    int64_t key[KILN_PROGRAM_MAX_KEY] = {1};
+    const kiln_onnx_buffer *slot[KILN_PROGRAM_MAX_INPUTS] = {NULL};
+    kiln_graph *g = NULL;
+    kiln_status st;
+    if (!s || !write) return kiln__error(KILN_E_INVALID_ARG, "kiln_onnx_session_graph_dump: NULL argument");
+    if ((st = key_of(s, inputs, n_inputs, key, slot, true))) return st;
+    pthread_mutex_lock(&s->engine->lock); /* folding constants runs on the engine's CPU backend */
+    st = kiln__program_graph(s->program, key, optimized, &g, NULL);
+    pthread_mutex_unlock(&s->engine->lock);
+    if (st) return st;
+    kiln__graph_dump(g, write, user);
+    kiln__graph_destroy(g);
     return KILN_OK;
 }
 
@@ -222,5 +241,5 @@ int64_t kiln_onnx_session_runs(const kiln_onnx_session *s) {
     return s ? s->runs : 0;
 }
 int64_t kiln_onnx_session_compiles(const kiln_onnx_session *s) {
-    return s ? s->compiles : 0;
+    return s ? kiln__program_compiles(s->program) : 0;
 }
