@@ -270,6 +270,26 @@ static void fuse_gelu_recognizes_the_tanh_approximation(void) {
     check_pass("fuse_gelu", build_gelu, KILN_OP_GELU, KILN_OP_TANH, 1e-6);
 }
 
+/* GELU's exact form as torch's exporters write it, with one-element constants: x / sqrt(2), erf, + 1,
+ * and the three groupings of the products with x and 0.5. */
+static float Sqrt2[1] = {1.41421356f}, One[1] = {1.0f}, Half[1] = {0.5f};
+static int erf_grouping;
+static kiln_tensor *build_gelu_erf(kiln_graph *g) {
+    kiln_tensor *x = leaf(g, "x", A, 2, 16, 4, 1, KILN_TENSOR_INPUT);
+    kiln_tensor *c2 = leaf(g, "sqrt2", Sqrt2, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *c1 = leaf(g, "one", One, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *ch = leaf(g, "half", Half, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *p =
+        kiln__add(g, kiln__unary(g, kiln__div(g, x, c2), KILN_UNARY_ERF), c1); /* 1 + erf(x/√2) */
+    if (erf_grouping == 0) return kiln__mul(g, kiln__mul(g, x, p), ch);        /* TorchScript */
+    if (erf_grouping == 1) return kiln__mul(g, kiln__mul(g, x, ch), p);        /* HF's gelu */
+    return kiln__mul(g, x, kiln__mul(g, p, ch));                               /* dynamo */
+}
+static void fuse_gelu_recognizes_the_erf_form_in_each_grouping(void) {
+    for (erf_grouping = 0; erf_grouping < 3; erf_grouping++)
+        check_pass("fuse_gelu", build_gelu_erf, KILN_OP_UNARY, KILN_OP_DIV, 1e-6);
+}
+
 static kiln_tensor *build_qkv(kiln_graph *g) {
     kiln_tensor *x = leaf(g, "x", A, 2, 16, 3, 1, KILN_TENSOR_INPUT);
     kiln_tensor *q = kiln__matmul(g, leaf(g, "wq", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT), x);
@@ -389,6 +409,7 @@ int main(void) {
     RUN(fuse_attention_reads_f16_and_q8_0_cache_rows_in_place);
     RUN(fuse_attention_fuses_every_layer_that_shares_one_mask);
     RUN(fuse_gelu_recognizes_the_tanh_approximation);
+    RUN(fuse_gelu_recognizes_the_erf_form_in_each_grouping);
     RUN(fuse_qkv_merges_three_projections_of_one_input);
     RUN(fuse_qkv_leaves_projections_whose_readers_need_whole_rows);
     RUN(fuse_swiglu_merges_gate_activation_and_product);

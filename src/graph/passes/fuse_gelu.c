@@ -3,8 +3,15 @@
  *
  *   mul(scale(x, 0.5), scale(tanh(scale(add(x, scale(mul(mul(x, x), x), 0.044715)), sqrt(2/pi))), 1, +1))
  *
- * and replace the subgraph by gelu(x). Operands of mul and add may come in either order; the constants
- * must match to 1e-6 relative.
+ * and replace the subgraph by gelu(x); and GELU's exact form as exporters write it (torch's nn.GELU and
+ * Hugging Face's gelu in ONNX):
+ *
+ *   x * 0.5 * (1 + erf(x / sqrt(2)))     grouped (x * (1 + erf)) * 0.5, (x * 0.5) * (1 + erf) or
+ *                                        x * ((1 + erf) * 0.5) (torch's TorchScript and dynamo exporters)
+ *
+ * where "* c" is a scale or a mul by a one-element constant, "/ c" a div by one (or a mul by 1/c), and
+ * "1 +" a scale with bias 1 or an add of a one-element constant 1, and replace it by unary(x, GELU_ERF).
+ * Operands of mul and add may come in either order; the constants must match to 1e-6 relative.
  */
 #include "graph/passes/passes.h"
 #include "graph/passes/match.h"
@@ -47,9 +54,63 @@ static kiln_tensor *match(const kiln_tensor *t) {
     return NULL;
 }
 
+/* The value of a one-element F32 constant, or false. */
+static bool scalar_const(const kiln_tensor *t, float *v) {
+    if (!t || !is_const(t) || t->type != KILN_TYPE_F32 || kiln__tensor_nelements(t) != 1 || !t->data)
+        return false;
+    *v = *(const float *)t->data;
+    return true;
+}
+
+/* t = x * k (a scale, a mul by a constant either side, or a div by 1/k): x, else NULL. */
+static kiln_tensor *times(const kiln_tensor *t, float k) {
+    float v;
+    if (is_scale(t, k, 0.0f)) return t->src[0];
+    if (is_op(t, KILN_OP_MUL))
+        for (int i = 0; i < 2; i++)
+            if (scalar_const(t->src[1 - i], &v) && near(v, k)) return t->src[i];
+    if (is_op(t, KILN_OP_DIV) && scalar_const(t->src[1], &v) && v != 0.0f && near(1.0f / v, k))
+        return t->src[0];
+    return NULL;
+}
+
+/* t = 1 + erf(x / sqrt(2)): x, else NULL. */
+static kiln_tensor *one_plus_erf(const kiln_tensor *t) {
+    const kiln_tensor *e = NULL;
+    float v;
+    if (is_scale(t, 1.0f, 1.0f)) e = t->src[0];
+    if (is_op(t, KILN_OP_ADD))
+        for (int i = 0; i < 2 && !e; i++)
+            if (scalar_const(t->src[1 - i], &v) && near(v, 1.0f)) e = t->src[i];
+    if (!is_op(e, KILN_OP_UNARY) || e->ip[0] != KILN_UNARY_ERF) return NULL;
+    return times(e->src[0], 0.70710678118654752f);
+}
+
+/* x * 0.5 * (1 + erf(x / sqrt(2))) in either grouping: x, else NULL. */
+static kiln_tensor *match_erf(const kiln_tensor *t) {
+    const kiln_tensor *inner = times(t, 0.5f);
+    if (is_op(inner, KILN_OP_MUL)) /* (x * (1 + erf)) * 0.5 */
+        for (int i = 0; i < 2; i++) {
+            kiln_tensor *x = one_plus_erf(inner->src[1 - i]);
+            if (x && x == inner->src[i]) return x;
+        }
+    if (is_op(t, KILN_OP_MUL)) /* (x * 0.5) * (1 + erf), or x * ((1 + erf) * 0.5) */
+        for (int i = 0; i < 2; i++) {
+            kiln_tensor *x = one_plus_erf(t->src[1 - i]);
+            if (x && x == times(t->src[i], 0.5f)) return x;
+            const kiln_tensor *half = times(t->src[1 - i], 0.5f);
+            if (half && (x = one_plus_erf(half)) && x == t->src[i]) return x;
+        }
+    return NULL;
+}
+
 static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
     kiln_tensor *x = match(t);
-    return x ? kiln__gelu(g, x) : NULL;
+    if (x) return kiln__gelu(g, x);
+    x = match_erf(t);
+    return x && x->type == KILN_TYPE_F32 && kiln__tensor_nelements(x) == kiln__tensor_nelements(t)
+               ? kiln__unary(g, x, KILN_UNARY_GELU_ERF)
+               : NULL;
 }
 
 kiln_status kiln__pass_fuse_gelu(kiln_graph *g, const kiln_pass_env *env, int32_t *n) {
