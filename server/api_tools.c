@@ -108,23 +108,75 @@ static bool parse_choice(const json_t *root, ks_api_tools *t, ks_api_error *err)
 static json_t *call_schema(const ks_tool_syntax *sx, const json_t *tool) {
     const json_t *params = json_object_get(json_object_get(tool, "function"), "parameters");
     json_t *p = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    if (p) json_object_del(p, "$defs"), json_object_del(p, "definitions"); /* hoisted to the root */
     return json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object", "properties", "name",
                      "const", tool_name(tool), sx->args_key, p, "required", "name", sx->args_key,
                      "additionalProperties", 0);
 }
 
-/* The JSON schema of the calls a forced choice allows: one tool's call object, or anyOf of them. */
-static json_t *calls_schema(const ks_api_tools *t) {
-    json_t *any = json_array();
-    for (size_t i = 0; any && i < json_array_size(t->list); i++) {
+/* The definitions of a tool's parameters ($defs or definitions) moved to the call schema's root, where
+ * its "#/$defs/..." references resolve; false (with err) when two tools define one name differently. */
+static bool hoist_defs(json_t *root, const json_t *params, ks_api_error *err) {
+    static const char *const keys[2] = {"$defs", "definitions"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *defs = json_object_get(params, keys[k]);
+        if (!json_is_object(defs)) continue;
+        json_t *into = json_object_get(root, keys[k]);
+        if (!into && json_object_set_new(root, keys[k], into = json_object())) return oom(err);
+        const char *name;
+        json_t *def;
+        json_object_foreach((json_t *)defs, name, def) {
+            json_t *had = json_object_get(into, name);
+            if (had && !json_equal(had, def))
+                return ks_api_bad(err, "tools", "two tools define '%s/%.64s' differently", keys[k], name);
+            if (json_object_set(into, name, def)) return oom(err);
+        }
+    }
+    return true;
+}
+
+/* Whether a schema holds {"$ref": "#"} anywhere (in the call schema it would mean the call itself). */
+static bool refers_to_root(const json_t *params) {
+    char *text = json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY);
+    bool yes = text && strstr(text, "\"$ref\":\"#\"");
+    free(text);
+    return yes;
+}
+
+/* The JSON schema of the calls a forced choice allows: one tool's call object, or anyOf of them, with
+ * the tools' definitions at its root. NULL with err filled on failure. */
+static json_t *calls_schema(const ks_api_tools *t, ks_api_error *err) {
+    json_t *any = json_array(), *root = json_object();
+    bool ok = any && root;
+    for (size_t i = 0; ok && i < json_array_size(t->list); i++) {
         const json_t *tool = json_array_get(t->list, i);
         if (t->forced && strcmp(tool_name(tool), t->forced)) continue;
-        if (json_array_append_new(any, call_schema(t->syntax, tool))) any = (json_decref(any), NULL);
+        const json_t *params = json_object_get(json_object_get(tool, "function"), "parameters");
+        if (refers_to_root(params)) {
+            json_decref(any), json_decref(root);
+            ks_api_bad(err, "tools",
+                       "tools[%zu].function.parameters refers to itself ($ref '#'), which a forced call "
+                       "cannot enforce",
+                       i);
+            return NULL;
+        }
+        if (!hoist_defs(root, params, err)) {
+            json_decref(any), json_decref(root);
+            return NULL;
+        }
+        ok = !json_array_append_new(any, call_schema(t->syntax, tool));
     }
-    if (!any || json_array_size(any) != 1) return any ? json_pack("{s:o}", "anyOf", any) : NULL;
-    json_t *one = json_incref(json_array_get(any, 0));
+    if (ok && json_array_size(any) == 1)
+        ok = !json_object_update(root, json_array_get(any, 0));
+    else if (ok)
+        ok = !json_object_set(root, "anyOf", any);
     json_decref(any);
-    return one;
+    if (!ok) {
+        json_decref(root);
+        oom(err);
+        return NULL;
+    }
+    return root;
 }
 
 /* The GBNF root that wraps the call rule in the syntax's markers. */
@@ -144,8 +196,9 @@ static const char *wrapper(const ks_api_tools *t) {
 
 static bool forced_grammar(const ks_api_tools *t, ks_api_request *r, ks_api_error *err) {
     _Static_assert(KS_TOOLS_MAX_PARALLEL == 4, "the wrappers allow 1 + {0,3} calls");
-    json_t *schema = calls_schema(t);
-    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_t *schema = calls_schema(t, err);
+    if (!schema) return false;
+    char *text = json_dumps(schema, JSON_COMPACT);
     json_decref(schema);
     if (!text) return oom(err);
     char *gbnf = NULL;

@@ -208,6 +208,20 @@ static void a_forced_call_is_a_grammar_of_the_tools_calls(void) {
                                "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n"
                                "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
     ks_api_request_free(&r);
+    /* a tool's $defs move to the call schema's root, where its references resolve */
+    CHECK(parse(
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":[{"
+        "\"type\":\"function\",\"function\":{\"name\":\"move\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"to\":{\"$ref\":\"#/$defs/point\"}},\"required\":[\"to\"],\"$defs\":{\"point\":{"
+        "\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}}}}}]}",
+        &r, &err));
+    if (r.grammar) {
+        CHECK(grammar_accepts(r.grammar, "<tool_call>\n{\"name\": \"move\", \"arguments\": {\"to\": {\"x\": "
+                                         "3}}}\n</tool_call>"));
+        CHECK(!grammar_accepts(r.grammar, "<tool_call>\n{\"name\": \"move\", \"arguments\": {\"to\": {}}}\n"
+                                          "</tool_call>"));
+    }
+    ks_api_request_free(&r);
     model.tmpl = kiln_chat_template_by_name("llama3");
     CHECK(parse("{" ASK ",\"tool_choice\":\"required\"}", &r, &err));
     if (r.grammar) CHECK(grammar_accepts(r.grammar, "{\"name\": \"get_time\", \"parameters\": {}}"));
@@ -248,6 +262,16 @@ static const bad_case bad_cases[] = {
      "\"type\":"
      "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\",\"pattern\":\"a\"}}}]}",
      "tools", "cannot be enforced"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":[{"
+     "\"type\":"
+     "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{\"$ref\":\"#\"}}}}}]}",
+     "tools", "refers to itself"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":[{"
+     "\"type\":"
+     "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"$defs\":{\"p\":{\"type\":\"string\"}}}}},{"
+     "\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"$defs\":{\"p\":{\"type\":"
+     "\"integer\"}}}}}]}",
+     "tools", "define '$defs/p' differently"},
     {"{" ASK ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", "tool_choice",
      "cannot be combined"},
     {"{" ASK ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "boolean"},
