@@ -338,7 +338,7 @@ static bool stream_held(ks_api_result *res, int32_t i, char **out, size_t *len, 
     if (r < 0) return false;
     *calls = r == 1;
     const char *text = r == 1 ? tc.content : held;
-    size_t tlen = r == 1 ? (tc.content ? strlen(tc.content) : 0) : n;
+    size_t tlen = r == 1 ? tc.content_len : n;
     json_t *content = tlen ? json_pack("{s:o}", "content", ks_api_json_lossy(text, tlen)) : NULL;
     bool ok = !tlen || emit(chunk(res, i, content, NULL, NULL), out, len);
     json_t *delta = r == 1 ? json_pack("{s:o}", "tool_calls", tool_calls_json(res, i, &tc, true)) : NULL;
@@ -434,7 +434,7 @@ static json_t *tool_choice_json(const ks_api_result *res, int32_t i, bool *oom) 
     int r = ks_tool_calls_parse(res->tools, c->text ? c->text : "", c->len, &tc);
     *oom = r < 0;
     if (r != 1) return NULL;
-    json_t *content = tc.content ? ks_api_json_lossy(tc.content, strlen(tc.content)) : json_null();
+    json_t *content = tc.content ? ks_api_json_lossy(tc.content, tc.content_len) : json_null();
     json_t *j = json_pack("{s:i, s:{s:s, s:o, s:n, s:o}, s:o, s:s}", "index", i, "message", "role",
                           "assistant", "content", content, "refusal", "tool_calls",
                           tool_calls_json(res, i, &tc, false), "logprobs",

@@ -180,6 +180,7 @@ static bool set_content(ks_tool_calls *out, char *content, size_t n) {
     if (!out->content) return false;
     memcpy(out->content, content + a, n - a);
     out->content[n - a] = '\0';
+    out->content_len = n - a;
     return true;
 }
 

@@ -64,7 +64,9 @@ typedef struct ks_tool_call {
 typedef struct ks_tool_calls {
     ks_tool_call *calls; /* (n) */
     size_t n;
-    char *content; /* the reply's text outside the calls, trimmed; NULL when nothing is left */
+    char *content; /* (content_len) the reply's text outside the calls, trimmed (it may hold NUL bytes, and
+                    * is NUL-terminated); NULL when nothing is left */
+    size_t content_len;
 } ks_tool_calls;
 
 /* Parse the calls in text[0..len) (any bytes). Returns 1 with *out filled when the reply holds at least
