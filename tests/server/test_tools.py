@@ -153,3 +153,18 @@ def test_hostile_tool_fields_are_refused_by_name(tools_client, kw, param, fragme
         tools_client.chat.completions.create(extra_body=extra or None, **args)
     err = e.value.body
     assert err["param"] == param and fragment in err["message"], err
+
+
+def test_the_clients_own_stream_accumulator_assembles_the_call(tools_client):
+    """openai's chat.completions.stream helper: its events and final completion from Kiln's deltas."""
+    kinds = set()
+    with tools_client.chat.completions.stream(
+            model="m", messages=[{"role": "user", "content": "Time?"}], tools=TOOLS, temperature=0,
+            tool_choice={"type": "function", "function": {"name": "get_time"}}, max_tokens=MAX_TOKENS) as s:
+        for event in s:
+            kinds.add(event.type)
+        final = s.get_final_completion()
+    assert "tool_calls.function.arguments.done" in kinds
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    check_calls(choice.message.model_dump(exclude_none=True), ["get_time"])
