@@ -184,9 +184,8 @@ static const char *wrapper(const ks_api_tools *t) {
     bool many = t->parallel && !t->forced;
     switch (t->syntax->form) {
     case KS_TOOLS_LLAMA3: return "root ::= call\n";
-    case KS_TOOLS_MISTRAL:
-        return many ? "root ::= \"[TOOL_CALLS] [\" call (\", \" call){0,3} \"]\"\n"
-                    : "root ::= \"[TOOL_CALLS] [\" call \"]\"\n";
+    case KS_TOOLS_MISTRAL: /* [TOOL_CALLS] is a control token, which no grammar can produce */
+        return many ? "root ::= \"[\" call (\", \" call){0,3} \"]\"\n" : "root ::= \"[\" call \"]\"\n";
     case KS_TOOLS_HERMES: break;
     }
     return many ? "root ::= tool-call (\"\\n\" tool-call){0,3}\n"

@@ -9,7 +9,8 @@
  * ": ", keys in order).
  *
  * The parser is lenient in what it finds and strict in what it returns: Hermes calls may lack their
- * closing tag at the end of the reply, Llama 3.1's may follow <|python_tag|>, and arguments may be given
+ * closing tag at the end of the reply, Llama 3.1's may follow <|python_tag|>, Mistral's may come without
+ * [TOOL_CALLS] (a control token, which prints nothing), and arguments may be given
  * as a string holding a JSON object (some fine-tunes do), but every call returned has a name and an
  * object of arguments, and a reply with any malformed call is returned as content, whole.
  */
@@ -155,17 +156,20 @@ static int parse_marked(const ks_tool_syntax *sx, const char *text, size_t len, 
     return put(content, n_content, text + pos, len - pos) ? 1 : -1;
 }
 
-/* Llama 3.1: the whole reply, after an optional <|python_tag|>, is one call object. */
-static int parse_llama3(const ks_tool_syntax *sx, const char *text, size_t len, ks_tool_calls *out) {
+/* A reply that is a call without a marker: Llama 3.1's whole reply is one call object, after an
+ * optional <|python_tag|>; Mistral's [TOOL_CALLS] is a control token that prints nothing, so its calls
+ * may arrive as a bare array. */
+static int parse_bare(const ks_tool_syntax *sx, const char *text, size_t len, ks_tool_calls *out) {
     static const char tag[] = "<|python_tag|>";
+    bool array = sx->form == KS_TOOLS_MISTRAL;
     while (len && is_space(*text))
         text++, len--;
-    if (len >= sizeof tag - 1 && memcmp(text, tag, sizeof tag - 1) == 0)
+    if (!array && len >= sizeof tag - 1 && memcmp(text, tag, sizeof tag - 1) == 0)
         text += sizeof tag - 1, len -= sizeof tag - 1;
     while (len && is_space(*text))
         text++, len--;
-    if (len == 0 || *text != '{') return 0;
-    return add_json(sx, text, len, false, out);
+    if (len == 0 || *text != (array ? '[' : '{')) return 0;
+    return add_json(sx, text, len, array, out);
 }
 
 /* content[0..n) trimmed into out->content (NULL when nothing is left). */
@@ -189,8 +193,8 @@ int ks_tool_calls_parse(const ks_tool_syntax *sx, const char *text, size_t len, 
     if (!text) return 0;
     char *content = NULL;
     size_t n_content = 0;
-    int r = sx->form == KS_TOOLS_LLAMA3 ? parse_llama3(sx, text, len, out)
-                                        : parse_marked(sx, text, len, out, &content, &n_content);
+    bool bare = sx->form == KS_TOOLS_LLAMA3 || (sx->form == KS_TOOLS_MISTRAL && !find(text, len, sx->marker));
+    int r = bare ? parse_bare(sx, text, len, out) : parse_marked(sx, text, len, out, &content, &n_content);
     if (r == 1 && out->n == 0) r = 0;
     if (r == 1 && content && !set_content(out, content, n_content)) r = -1;
     free(content);
@@ -199,12 +203,11 @@ int ks_tool_calls_parse(const ks_tool_syntax *sx, const char *text, size_t len, 
 }
 
 size_t ks_tool_calls_releasable(const ks_tool_syntax *sx, const char *text, size_t len) {
-    if (sx->form == KS_TOOLS_LLAMA3) { /* a call is the whole reply: hold it while it may be one */
-        size_t i = 0;
-        while (i < len && is_space(text[i]))
-            i++;
-        return i == len || text[i] == '{' || text[i] == '<' ? 0 : len;
-    }
+    size_t i = 0; /* a bare call is the whole reply: hold it while it may be one */
+    while (sx->form != KS_TOOLS_HERMES && i < len && is_space(text[i]))
+        i++;
+    if (sx->form == KS_TOOLS_LLAMA3) return i == len || text[i] == '{' || text[i] == '<' ? 0 : len;
+    if (sx->form == KS_TOOLS_MISTRAL && (i == len || text[i] == '[')) return 0;
     const char *p = find(text, len, sx->marker);
     if (p) return (size_t)(p - text);
     size_t m = strlen(sx->marker); /* hold a tail that may be the marker's beginning */

@@ -29,7 +29,7 @@
 typedef enum ks_tool_form {
     KS_TOOLS_HERMES = 0,  /* <tool_call>\n{"name": N, "arguments": A}\n</tool_call>, one per call */
     KS_TOOLS_LLAMA3 = 1,  /* the whole reply is {"name": N, "parameters": A} (after <|python_tag|>) */
-    KS_TOOLS_MISTRAL = 2, /* [TOOL_CALLS] [{"name": N, "arguments": A}, ...] */
+    KS_TOOLS_MISTRAL = 2, /* [TOOL_CALLS] [{"name": N, "arguments": A}, ...], or the array alone */
 } ks_tool_form;
 
 /* Where the tool definitions go in the prompt. */

@@ -140,6 +140,11 @@ static void parses_llama31_json_and_mistral_calls(void) {
     CHECK(c.n == 2 && c.content && strcmp(c.content, "Sure.") == 0);
     if (c.n == 2) CHECK_STR(c.calls[1].arguments, "{\"k\":true}");
     ks_tool_calls_free(&c);
+    CHECK_EQ_INT(parse_reply("mistral", " [{\"name\": \"a\", \"arguments\": {}}]", &c), 1); /* no marker */
+    CHECK(c.n == 1 && c.content == NULL);
+    ks_tool_calls_free(&c);
+    CHECK_EQ_INT(parse_reply("mistral", "[1, 2]", &c), 0);
+    CHECK_EQ_INT(parse_reply("mistral", "Sure: [{\"name\": \"a\", \"arguments\": {}}]", &c), 0);
     CHECK_EQ_INT(parse_reply("mistral", "[TOOL_CALLS] []", &c), 0);
     CHECK_EQ_INT(parse_reply("mistral", "[TOOL_CALLS] {\"name\": \"a\", \"arguments\": {}}", &c), 0);
 }
@@ -154,6 +159,9 @@ static void streams_only_what_cannot_start_a_call(void) {
     CHECK_EQ_INT(ks_tool_calls_releasable(l, "  {\"na", 6), 0);
     CHECK_EQ_INT(ks_tool_calls_releasable(l, "  ", 2), 0);
     CHECK_EQ_INT(ks_tool_calls_releasable(l, "Hi {", 4), 4);
+    const ks_tool_syntax *m = ks_tool_syntax_for(kiln_chat_template_by_name("mistral"));
+    CHECK_EQ_INT(ks_tool_calls_releasable(m, " [{\"na", 6), 0);
+    CHECK_EQ_INT(ks_tool_calls_releasable(m, "Ok [TOOL_C", 10), 3);
 }
 
 #define WEATHER                                                                                              \
@@ -229,9 +237,8 @@ static void a_forced_call_is_a_grammar_of_the_tools_calls(void) {
     model.tmpl = kiln_chat_template_by_name("mistral");
     CHECK(parse("{" ASK ",\"tool_choice\":\"required\"}", &r, &err));
     if (r.grammar)
-        CHECK(grammar_accepts(r.grammar,
-                              "[TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": "
-                              "\"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]"));
+        CHECK(grammar_accepts(r.grammar, "[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": "
+                                         "\"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]"));
     ks_api_request_free(&r);
     model.tmpl = kiln_chat_template_by_name("chatml");
 }
