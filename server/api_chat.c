@@ -165,7 +165,8 @@ static bool read_message(const json_t *m, size_t i, const ks_api_model *model, k
                           "user, assistant and tool",
                           i, json_string_value(role));
     json_t *tc = json_object_get(m, "tool_calls"), *id = json_object_get(m, "tool_call_id");
-    bool assistant = !strcmp(out->role, "assistant"), calls = tc && !json_is_null(tc);
+    bool assistant = !strcmp(out->role, "assistant");
+    bool calls = tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0);
     if (calls && !assistant)
         return ks_api_bad(err, param, "messages[%zu] has tool_calls but is not the assistant's", i);
     if (id && !json_is_null(id) && !json_is_string(id))

@@ -283,7 +283,7 @@ static const bad_case bad_cases[] = {
      "cannot be combined"},
     {"{" ASK ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "boolean"},
     {"{" ASK ",\"function_call\":\"auto\"}", "function_call", "use 'tool_choice'"},
-    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages[0]",
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{}]}]}", "messages[0]",
      "not the assistant's"},
     {"{\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":5}]}", "messages[0]", "string"},
     {"{\"messages\":[{\"role\":\"tool\"}]}", "messages[0].content", "no 'content'"},
