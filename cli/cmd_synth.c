@@ -38,6 +38,9 @@ static const char synth_help[] =
     "                      the same bytes as `kiln quantize` makes from the f16 file of the same seed\n"
     "  --vocab FILE        GGUF whose tokenizer.* keys are copied; its token count is the vocab size\n"
     "                      (default: the bundled model's 512-token vocab)\n"
+    "  --chat-template FILE\n"
+    "                      write FILE's text as tokenizer.chat_template (a Jinja template such as\n"
+    "                      Qwen2.5's, recognized by its markers when the model is served)\n"
     "  --seed S            generator seed (default 1)\n"
     "  -t, --threads N     threads that make the rows (default: every online CPU); the file is the\n"
     "                      same for every N\n"
@@ -198,7 +201,9 @@ static int parse_shape(const char *name, synth_shape *sh) {
 
 typedef struct synth_options {
     synth_shape shape;
-    const char *type_name, *vocab, *output, *shape_name;
+    const char *type_name, *vocab, *output, *shape_name, *chat_template_file;
+    char *chat_template; /* the text of --chat-template, or NULL */
+    size_t chat_template_len;
     kiln_type type; /* of the matrices: F32, F16 or BF16 (the source type when mix is set) */
     bool is_mix;
     kiln_quant_mix mix;
@@ -250,6 +255,8 @@ static int parse(int argc, char **argv, synth_options *o) {
         else if (!strcmp(a, "--shape")) ok = cli_arg_str("synth", argc, argv, &i, &o->shape_name);
         else if (!strcmp(a, "--type")) ok = cli_arg_str("synth", argc, argv, &i, &o->type_name);
         else if (!strcmp(a, "--vocab")) ok = cli_arg_str("synth", argc, argv, &i, &o->vocab);
+        else if (!strcmp(a, "--chat-template"))
+            ok = cli_arg_str("synth", argc, argv, &i, &o->chat_template_file);
         else if (!strcmp(a, "--seed")) ok = cli_arg_u64("synth", argc, argv, &i, &o->seed);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             ok = cli_arg_int("synth", argc, argv, &i, 1, 256, &o->n_threads);
@@ -305,8 +312,13 @@ static kiln_status add_metadata(kiln_gguf_writer *w, const synth_options *o, con
                                          &eps)))
         return s;
     for (int64_t i = 0; i < kiln_gguf_kv_count(vocab); i++)
-        if (!strncmp(kiln_gguf_kv_key(vocab, i), "tokenizer.", 10) && (s = kiln_gguf_writer_copy_kv(w, vocab, i)))
+        if (!strncmp(kiln_gguf_kv_key(vocab, i), "tokenizer.", 10) &&
+            !(o->chat_template && !strcmp(kiln_gguf_kv_key(vocab, i), "tokenizer.chat_template")) &&
+            (s = kiln_gguf_writer_copy_kv(w, vocab, i)))
             return s;
+    if (o->chat_template &&
+        (s = kiln_gguf_writer_add_str(w, "tokenizer.chat_template", o->chat_template, o->chat_template_len)))
+        return s;
     if (o->is_mix && ((s = add_u32(w, "general.quantization_version", 2)) ||
                       (s = add_u32(w, "general.file_type", (uint32_t)o->mix))))
         return s;
@@ -372,7 +384,13 @@ int cmd_synth(int argc, char **argv) {
     st.seed = o.seed;
     st.n_threads = (int)o.n_threads;
     st.progress = isatty(STDERR_FILENO);
-    if ((s = kiln_gguf_open(o.vocab, &vocab))) return cli_fail("synth", s, "reading the vocabulary");
+    if (o.chat_template_file && (rc = cli_read_text("synth", o.chat_template_file, &o.chat_template,
+                                                    &o.chat_template_len)))
+        return rc;
+    if ((s = kiln_gguf_open(o.vocab, &vocab))) {
+        free(o.chat_template);
+        return cli_fail("synth", s, "reading the vocabulary");
+    }
     tok = kiln_gguf_find_key(vocab, "tokenizer.ggml.tokens");
     size_t n_names = 3 + 9 * (size_t)o.shape.n_layer;
     names = calloc(n_names, sizeof *names);
@@ -402,5 +420,6 @@ int cmd_synth(int argc, char **argv) {
     kiln_gguf_close(vocab);
     free(names);
     free(st.tensors);
+    free(o.chat_template);
     return rc;
 }

@@ -392,7 +392,7 @@ kiln_status kiln_detokenize(const kiln_vocab *vocab, const int32_t *ids, size_t 
 typedef struct kiln_chat_template kiln_chat_template;
 
 typedef struct kiln_chat_message {
-    const char *role; /* "system" (first message only), "user" or "assistant" */
+    const char *role; /* "system" (first message only), "user", "assistant" or "tool" (a result) */
     const char *content;
 } kiln_chat_message;
 

@@ -13,6 +13,7 @@
 #define KILN_SERVER_API_H
 
 #include "engine.h"
+#include "tools.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -83,7 +84,24 @@ typedef struct ks_api_request {
     char *stop[KS_API_MAX_STOP];
     const char *stop_ptrs[KS_API_MAX_STOP];
     char *grammar; /* GBNF for req.grammar (from "grammar" or a JSON response_format), or NULL; owned */
+    const ks_tool_syntax *tool_syntax; /* parse the reply for tool calls in this syntax, or NULL (static) */
 } ks_api_request;
+
+/* A request's function tools (api_tools.c), valid while its parsed JSON body lives. */
+typedef enum ks_tool_choice {
+    KS_TOOL_CHOICE_NONE = 0,     /* no definitions in the prompt, no parsing */
+    KS_TOOL_CHOICE_AUTO = 1,     /* definitions in the prompt, free generation, lenient parsing */
+    KS_TOOL_CHOICE_REQUIRED = 2, /* a grammar forces a call of one of the tools */
+    KS_TOOL_CHOICE_NAMED = 3,    /* a grammar forces a call of `forced` */
+} ks_tool_choice;
+
+typedef struct ks_api_tools {
+    const struct json_t *list; /* the "tools" array (borrowed), NULL when there are none */
+    ks_tool_choice choice;
+    const char *forced; /* the function tool_choice names (borrowed), or NULL */
+    bool parallel;      /* parallel_tool_calls (default true) */
+    const ks_tool_syntax *syntax; /* the model's call syntax */
+} ks_api_tools;
 
 /* Parse and validate a /v1/chat/completions, /v1/completions or /v1/embeddings body (len bytes, not
  * NUL-terminated): every field's type and range, messages rendered with the model's template and
@@ -97,8 +115,20 @@ void ks_api_request_free(ks_api_request *r);
 /* Internal steps of ks_api_parse, exposed for tests. `root` is a json_t object (jansson). */
 struct json_t;
 bool ks_api_parse_json(const char *body, size_t len, struct json_t **out, ks_api_error *err);
-bool ks_api_chat_prompt(const struct json_t *messages, const ks_api_model *model, int32_t **ids,
-                        int32_t *n_ids, ks_api_error *err);
+/* The chat prompt: messages (roles system, developer, user, assistant with optional tool_calls, tool)
+ * and, when tools is non-NULL and its choice is not none, the tool definitions, rendered by the model's
+ * template. ks_api_chat_text gives the text (malloc'd), ks_api_chat_prompt the tokens. */
+bool ks_api_chat_text(const struct json_t *messages, const ks_api_tools *tools, const ks_api_model *model,
+                      char **text, size_t *len, ks_api_error *err);
+bool ks_api_chat_prompt(const struct json_t *messages, const ks_api_tools *tools, const ks_api_model *model,
+                        int32_t **ids, int32_t *n_ids, ks_api_error *err);
+/* api_tools.c: "tools", "tool_choice" and "parallel_tool_calls" into *tools; sets r->tool_syntax unless
+ * the choice is none, and r->grammar for a forced call (after ks_api_parse_grammar: a forced call with
+ * another constraint is a 400). */
+bool ks_api_parse_tools(const struct json_t *root, const ks_api_model *model, ks_api_tools *tools,
+                        ks_api_request *r, ks_api_error *err);
+/* The definitions of tools->list in the syntax's words (malloc'd; NULL when out of memory). */
+char *ks_api_tools_defs(const ks_api_tools *tools);
 bool ks_api_tokenize_text(const ks_api_model *model, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t **ids, int32_t *n_ids, ks_api_error *err);
 /* api_embed.c: the /v1/embeddings fields of root into r (input, encoding_format, dimensions); and the

@@ -3,9 +3,9 @@
  * body continues in api_embed.c), with every field checked as OpenAI checks it: its JSON type, its
  * range, and the combinations OpenAI refuses. A field
  * that is absent or null takes OpenAI's default; fields Kiln does not know are ignored; fields whose
- * meaning Kiln cannot honour (echo, suffix, logit_bias, tools, best_of > n) are refused with a 400 that
- * names them rather than silently dropped. response_format, grammar and json_schema constrain the output
- * (api_grammar.c).
+ * meaning Kiln cannot honour (echo, suffix, logit_bias, the legacy functions, best_of > n) are refused
+ * with a 400 that names them rather than silently dropped. response_format, grammar and json_schema
+ * constrain the output (api_grammar.c); tools and tool_choice are read by api_tools.c.
  *
  * The prompt is tokenized here (chat messages through api_chat.c), so the engine receives token ids and
  * the request's length is checked against the context (by the engine's rule) before it is queued. Every
@@ -128,10 +128,16 @@ static bool refuse_unsupported(const json_t *root, ks_api_kind kind, ks_api_erro
     }
     if ((v = field(root, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         return ks_api_bad(err, "logit_bias", "'logit_bias' is not supported by this server");
-    if ((v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return ks_api_bad(err, "tools", "'tools' (function calling) is not supported by this server");
+    if (kind == KS_API_COMPLETION && (v = field(root, "tools")) &&
+        !(json_is_array(v) && json_array_size(v) == 0))
+        return ks_api_bad(err, "tools", "'tools' belongs to /v1/chat/completions");
     if ((v = field(root, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return ks_api_bad(err, "functions", "'functions' (function calling) is not supported by this server");
+        return ks_api_bad(err, "functions",
+                          "the legacy 'functions' field is not supported by this server; use 'tools'");
+    if ((v = field(root, "function_call")))
+        return ks_api_bad(err, "function_call",
+                          "the legacy 'function_call' field is not supported by this server; use "
+                          "'tool_choice'");
     if ((v = field(root, "model")) && !json_is_string(v))
         return ks_api_bad(err, "model", "'model' must be a string");
     return true;
@@ -284,8 +290,10 @@ static bool parse_root(const json_t *root, ks_api_kind kind, const ks_api_model 
         return false;
     if (kind == KS_API_CHAT) {
         json_t *msgs = json_object_get(root, "messages");
+        ks_api_tools tools;
+        if (!ks_api_parse_tools(root, m, &tools, r, err)) return false;
         if (!msgs) return ks_api_bad(err, "messages", "'messages' is required");
-        if (!ks_api_chat_prompt(msgs, m, &r->prompt, &r->req.n_prompt, err)) return false;
+        if (!ks_api_chat_prompt(msgs, &tools, m, &r->prompt, &r->req.n_prompt, err)) return false;
     } else if (!completion_prompt(root, m, r, err)) {
         return false;
     }

@@ -8,6 +8,14 @@
  * carrying "usage": null); then "data: [DONE]". An engine error mid-stream becomes one
  * `data: {"error": {...}}` event and the stream ends there.
  *
+ * Tool calls (a request whose tool_syntax is set, tools.h): the reply is parsed when its choice ends; when
+ * it holds calls, the message carries "tool_calls" ({id "call_...", type "function", function {name,
+ * arguments as a JSON string}}), "content" is the text outside the calls or null, and finish_reason is
+ * "tool_calls". Streamed, text is sent as content while it cannot be the start of a call
+ * (ks_tool_calls_releasable); the rest waits for the end of the choice, and then goes out as content, or
+ * as one delta per call ({"tool_calls": [{"index", "id", "type", "function": {"name", "arguments"}}]})
+ * followed by the finish chunk.
+ *
  * Logprobs: chat responses carry {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]};
  * completions carry {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}, with
  * offsets counted in the generated text (echo is unsupported, so the prompt is never part of it).
@@ -27,6 +35,7 @@ typedef struct choice_acc {
     size_t len, cap;
     ks_finish finish;
     bool started; /* the role chunk has been streamed */
+    size_t released; /* bytes of text streamed as content (tool calls: the rest may hold a call) */
     json_t *lp;   /* non-streaming logprobs: chat {"content": [...]}, completions the four arrays */
 } choice_acc;
 
@@ -45,6 +54,8 @@ struct ks_api_result {
     float *vectors; /* embeddings: [n][n_embd] */
     int32_t n_embd;
     bool base64;
+    const ks_tool_syntax *tools; /* parse replies for calls, or NULL */
+    uint64_t id_seq;
 };
 
 static json_t *new_logprobs(ks_api_kind kind) {
@@ -64,6 +75,8 @@ ks_api_result *ks_api_result_create(const ks_api_request *r, const ks_api_model 
     res->model = model;
     res->created = created;
     res->n = r->req.n;
+    res->tools = r->kind == KS_API_CHAT ? r->tool_syntax : NULL;
+    res->id_seq = id_seq;
     snprintf(res->id, sizeof res->id, "%s-kiln%llu", r->kind == KS_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)id_seq);
     if (r->kind == KS_API_EMBEDDING) {
@@ -209,6 +222,32 @@ static json_t *finish_json(ks_finish f) {
     return json_string("stop");
 }
 
+/* "call_" and 24 hex digits, unique per server run (the response's sequence number, choice and call). */
+static void call_id(const ks_api_result *res, int32_t choice, size_t k, char out[32]) {
+    uint64_t x = res->id_seq * 0x9E3779B97F4A7C15ull ^ ((uint64_t)choice << 40) ^ (uint64_t)k;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    snprintf(out, 32, "call_%08llx%016llx", (unsigned long long)(res->id_seq & 0xffffffffu),
+             (unsigned long long)x);
+}
+
+/* The calls as OpenAI's tool_calls array; streamed (delta) entries also carry their index. */
+static json_t *tool_calls_json(const ks_api_result *res, int32_t choice, const ks_tool_calls *tc,
+                               bool delta) {
+    json_t *a = json_array();
+    for (size_t k = 0; a && k < tc->n; k++) {
+        char id[32];
+        call_id(res, choice, k, id);
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
+                              tc->calls[k].name, "arguments", tc->calls[k].arguments);
+        if (c && delta && json_object_set_new(c, "index", json_integer((json_int_t)k)))
+            c = (json_decref(c), NULL);
+        if (!c || json_array_append_new(a, c)) a = (json_decref(a), NULL);
+    }
+    return a;
+}
+
 /* The fields every response and chunk starts with. */
 static json_t *envelope(const ks_api_result *res, const char *object) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", res->id, "object", object, "created",
@@ -274,10 +313,40 @@ static bool stream_text(ks_api_result *res, const ks_event *ev, size_t offset, c
         if (!(lp = new_logprobs(res->kind)) || !add_logprobs(res, ev, lp, offset))
             return json_decref(lp), false;
     }
-    if (ev->len == 0 && !lp) return true;
-    json_t *text = ks_api_json_lossy(ev->text ? ev->text : "", ev->len);
+    const char *from = ev->text ? ev->text : "";
+    size_t n = ev->len;
+    if (res->tools) { /* what cannot start a call goes out now; a possible call waits for the end */
+        size_t r = ks_tool_calls_releasable(res->tools, c->text ? c->text : "", c->len);
+        from = c->text + c->released;
+        n = r > c->released ? r - c->released : 0;
+        c->released += n;
+    }
+    if (n == 0 && !lp) return true;
+    json_t *text = ks_api_json_lossy(from, n);
     json_t *body = res->kind == KS_API_CHAT ? json_pack("{s:o}", "content", text) : text;
     return emit(chunk(res, ev->choice, body, lp, NULL), out, len);
+}
+
+/* The text a tool-call request held back: its calls as one delta, and what lies outside them (or the
+ * whole of it, when it holds no well-formed call) as content. *calls tells which it was. */
+static bool stream_held(ks_api_result *res, int32_t i, char **out, size_t *len, bool *calls) {
+    choice_acc *c = &res->choices[i];
+    ks_tool_calls tc;
+    const char *held = c->text ? c->text + c->released : "";
+    size_t n = c->len - c->released;
+    int r = ks_tool_calls_parse(res->tools, held, n, &tc);
+    if (r < 0) return false;
+    *calls = r == 1;
+    const char *text = r == 1 ? tc.content : held;
+    size_t tlen = r == 1 ? tc.content_len : n;
+    json_t *content = tlen ? json_pack("{s:o}", "content", ks_api_json_lossy(text, tlen)) : NULL;
+    bool ok = !tlen || emit(chunk(res, i, content, NULL, NULL), out, len);
+    json_t *delta = r == 1 ? json_pack("{s:o}", "tool_calls", tool_calls_json(res, i, &tc, true)) : NULL;
+    if (ok && r == 1) ok = emit(chunk(res, i, delta, NULL, NULL), out, len);
+    else json_decref(delta);
+    c->released = c->len;
+    ks_tool_calls_free(&tc);
+    return ok;
 }
 
 static bool stream_end(ks_api_result *res, const ks_event *ev, char **out, size_t *len) {
@@ -287,8 +356,11 @@ static bool stream_end(ks_api_result *res, const ks_event *ev, char **out, size_
               out, len))
         return false;
     c->started = true;
+    bool calls = false;
+    if (res->tools && !stream_held(res, ev->choice, out, len, &calls)) return false;
     json_t *body = res->kind == KS_API_CHAT ? json_object() : json_string("");
-    return emit(chunk(res, ev->choice, body, NULL, finish_json(ev->finish)), out, len);
+    json_t *finish = calls ? json_string("tool_calls") : finish_json(ev->finish);
+    return emit(chunk(res, ev->choice, body, NULL, finish), out, len);
 }
 
 static bool stream_done(ks_api_result *res, char **out, size_t *len) {
@@ -355,8 +427,28 @@ bool ks_api_result_finished(const ks_api_result *res) {
     return res->finished;
 }
 
+/* A chat choice whose reply holds tool calls (NULL when it holds none, or when out of memory: *oom). */
+static json_t *tool_choice_json(const ks_api_result *res, int32_t i, bool *oom) {
+    const choice_acc *c = &res->choices[i];
+    ks_tool_calls tc;
+    int r = ks_tool_calls_parse(res->tools, c->text ? c->text : "", c->len, &tc);
+    *oom = r < 0;
+    if (r != 1) return NULL;
+    json_t *content = tc.content ? ks_api_json_lossy(tc.content, tc.content_len) : json_null();
+    json_t *j = json_pack("{s:i, s:{s:s, s:o, s:n, s:o}, s:o, s:s}", "index", i, "message", "role",
+                          "assistant", "content", content, "refusal", "tool_calls",
+                          tool_calls_json(res, i, &tc, false), "logprobs",
+                          c->lp ? json_incref(c->lp) : json_null(), "finish_reason", "tool_calls");
+    ks_tool_calls_free(&tc);
+    *oom = j == NULL;
+    return j;
+}
+
 static json_t *choice_json(const ks_api_result *res, int32_t i) {
     const choice_acc *c = &res->choices[i];
+    bool oom = false;
+    json_t *calls = res->tools ? tool_choice_json(res, i, &oom) : NULL;
+    if (calls || oom) return calls;
     json_t *text = ks_api_json_lossy(c->text ? c->text : "", c->len);
     json_t *lp = c->lp ? json_incref(c->lp) : json_null();
     if (res->kind == KS_API_CHAT)

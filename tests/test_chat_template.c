@@ -94,6 +94,24 @@ static void rejects_unknown_templates_and_bad_messages_by_name(void) {
     CHECK_EQ_INT(strlen(out), 7); /* the prefix that fits, terminated */
 }
 
+/* Tool results: ChatML's consecutive ones share a user turn of <tool_response> blocks (Qwen2.5's template;
+ * the whole conversation is checked against Jinja2 in test_server_tools.c), Llama 3.1 gives each an
+ * ipython turn (its template's "ipython" role). */
+static void renders_tool_results_in_each_templates_tool_turn(void) {
+    const kiln_chat_message msgs[] = {{"user", "Q"}, {"assistant", "C"}, {"tool", "r1"}, {"tool", "r2"}};
+    char out[512];
+    size_t n = 0;
+    CHECK_OK(kiln_chat_render(kiln_chat_template_by_name("chatml"), msgs, 4, true, out, sizeof out, &n));
+    CHECK_STR(out, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nC<|im_end|>\n<|im_start|>user\n"
+                   "<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response><|im_end|>\n"
+                   "<|im_start|>assistant\n");
+    CHECK_OK(kiln_chat_render(kiln_chat_template_by_name("llama3"), msgs + 2, 1, true, out, sizeof out, &n));
+    CHECK_STR(out, "<|start_header_id|>ipython<|end_header_id|>\n\nr1<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    CHECK_OK(kiln_chat_render(kiln_chat_template_by_name("mistral"), msgs, 3, false, out, sizeof out, &n));
+    CHECK_STR(out, "[INST] Q [/INST]C</s>[TOOL_RESULTS] r1[/TOOL_RESULTS]");
+}
+
 static void reports_a_model_without_a_template_as_not_found(void) {
     kiln_gguf *g = NULL;
     const kiln_chat_template *t = NULL;
@@ -178,6 +196,7 @@ int main(void) {
     RUN(names_the_end_of_turn_token_of_each_template);
     RUN(rendering_with_the_prompt_is_a_prefix_of_the_rendering_with_the_reply);
     RUN(rejects_unknown_templates_and_bad_messages_by_name);
+    RUN(renders_tool_results_in_each_templates_tool_turn);
     RUN(reports_a_model_without_a_template_as_not_found);
     RUN(chats_with_the_bundled_model_through_piped_stdin);
     RUN(keeps_the_kv_cache_across_turns);

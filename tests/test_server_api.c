@@ -108,8 +108,8 @@ static void content_parts_are_joined_and_developer_is_system(void) {
         json_loads("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
                    "\"Hello\"}]",
                    0, NULL);
-    CHECK(ks_api_chat_prompt(parts, &model, &a, &na, &err));
-    CHECK(ks_api_chat_prompt(plain, &model, &b, &nb, &err));
+    CHECK(ks_api_chat_prompt(parts, NULL, &model, &a, &na, &err));
+    CHECK(ks_api_chat_prompt(plain, NULL, &model, &b, &nb, &err));
     CHECK_EQ_INT(na, nb);
     CHECK(na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0);
     free(a);
@@ -163,7 +163,8 @@ static const bad_case bad_cases[] = {
     {KS_API_CHAT, "{" MSG ",\"logprobs\":1}", 400, "logprobs", "boolean"},
     {KS_API_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", "between 0 and 20"},
     {KS_API_CHAT, "{" MSG ",\"top_logprobs\":2}", 400, "top_logprobs", "requires"},
-    {KS_API_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
+    {KS_API_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "tools[0].function"},
+    {KS_API_CHAT, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", 400, "functions", "use 'tools'"},
     {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format",
      "'yaml' is not supported"},
     {KS_API_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}",

@@ -11,6 +11,12 @@
  * and rendered by a fixed description of the format. "plain" is Kiln's own fallback for models that carry
  * no template (such as the bundled stories260K): "User: ...\nAssistant:" lines.
  *
+ * A "tool" message (a function's result, sent back after the assistant called it) is rendered as each
+ * model's template renders it: ChatML (Qwen2.5) wraps it in <tool_response> tags inside a user turn, and
+ * consecutive tool messages share that turn; Llama 3.1 gives it an "ipython" turn; Mistral wraps it in
+ * [TOOL_RESULTS]; Phi-3 and plain, which have no tool role, render it as a user turn. The tool call
+ * itself is the assistant's content, written in the model's call syntax by the caller (server/tools.c).
+ *
  * Rendering never includes BOS (kiln_tokenize adds it when the vocabulary asks) and never trims content.
  * It is prefix-stable: the rendering of a conversation ending in a user message with the generation prompt
  * is a prefix of the rendering with the assistant's reply appended, so a chat loop can feed only the text
@@ -31,6 +37,11 @@ struct kiln_chat_template {
     const char *assistant_close;
     const char *end_of_turn;   /* the token that ends a reply, or NULL (EOS) */
     bool system_in_first_user; /* Mistral: the system text leads the first user message, then "\n\n" */
+    const char *tool_open;     /* a tool message: tool_open + item_open + content + item_close + tool_close */
+    const char *tool_item_open;
+    const char *tool_item_close;
+    const char *tool_close;
+    bool tool_merge; /* consecutive tool messages share one tool_open .. tool_close */
 };
 
 static const kiln_chat_template templates[] = {
@@ -43,7 +54,12 @@ static const kiln_chat_template templates[] = {
      "<|im_start|>assistant\n",
      "<|im_end|>\n",
      "<|im_end|>",
-     false},
+     false,
+     "<|im_start|>user",
+     "\n<tool_response>\n",
+     "\n</tool_response>",
+     "<|im_end|>\n",
+     true},
     {"llama3",
      {"<|start_header_id|>", "<|end_header_id|>"},
      "<|start_header_id|>system<|end_header_id|>\n\n",
@@ -52,6 +68,11 @@ static const kiln_chat_template templates[] = {
      "<|eot_id|>",
      "<|start_header_id|>assistant<|end_header_id|>\n\n",
      "<|eot_id|>",
+     "<|eot_id|>",
+     false,
+     "<|start_header_id|>ipython<|end_header_id|>\n\n",
+     "",
+     "",
      "<|eot_id|>",
      false},
     {"phi3",
@@ -63,9 +84,42 @@ static const kiln_chat_template templates[] = {
      "<|assistant|>\n",
      "<|end|>\n",
      "<|end|>",
+     false,
+     "<|user|>\n",
+     "",
+     "",
+     "<|end|>\n",
      false},
-    {"mistral", {"[INST]", NULL}, "", "\n\n", "[INST] ", " [/INST]", "", "</s>", NULL, true},
-    {"plain", {NULL, NULL}, "", "\n\n", "User: ", "\n", "Assistant:", "\n", NULL, false},
+    {"mistral",
+     {"[INST]", NULL},
+     "",
+     "\n\n",
+     "[INST] ",
+     " [/INST]",
+     "",
+     "</s>",
+     NULL,
+     true,
+     "[TOOL_RESULTS] ",
+     "",
+     "",
+     "[/TOOL_RESULTS]",
+     false},
+    {"plain",
+     {NULL, NULL},
+     "",
+     "\n\n",
+     "User: ",
+     "\n",
+     "Assistant:",
+     "\n",
+     NULL,
+     false,
+     "Tool: ",
+     "",
+     "",
+     "\n",
+     false},
 };
 
 const kiln_chat_template *kiln_chat_template_by_name(const char *name) {
@@ -130,8 +184,8 @@ static void put(text_out *o, const char *s) {
     o->len += n;
 }
 
-static kiln_status render_message(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t i,
-                                  const char **pending_system, text_out *o) {
+static kiln_status render_message(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n,
+                                  size_t i, const char **pending_system, text_out *o) {
     const kiln_chat_message *m = &msgs[i];
     if (!m->role || !m->content)
         return kiln__error(KILN_E_INVALID_ARG, "chat message %zu: NULL role or content", i);
@@ -150,9 +204,16 @@ static kiln_status render_message(const kiln_chat_template *t, const kiln_chat_m
         put(o, m->content), put(o, t->user_close);
     } else if (strcmp(m->role, "assistant") == 0) {
         put(o, t->assistant_open), put(o, m->content), put(o, t->assistant_close);
+    } else if (strcmp(m->role, "tool") == 0) {
+        bool after_tool = i > 0 && msgs[i - 1].role && strcmp(msgs[i - 1].role, "tool") == 0;
+        bool before_tool = i + 1 < n && msgs[i + 1].role && strcmp(msgs[i + 1].role, "tool") == 0;
+        if (!(t->tool_merge && after_tool)) put(o, t->tool_open);
+        put(o, t->tool_item_open), put(o, m->content), put(o, t->tool_item_close);
+        if (!(t->tool_merge && before_tool)) put(o, t->tool_close);
     } else {
         return kiln__error(KILN_E_INVALID_ARG,
-                           "chat message %zu: unknown role '%.32s' (system, user, assistant)", i, m->role);
+                           "chat message %zu: unknown role '%.32s' (system, user, assistant, tool)", i,
+                           m->role);
     }
     return KILN_OK;
 }
@@ -165,7 +226,7 @@ kiln_status kiln_chat_render(const kiln_chat_template *t, const kiln_chat_messag
     text_out o = {buf, cap > 0 ? cap - 1 : 0, 0};
     const char *pending_system = NULL;
     for (size_t i = 0; i < n; i++) {
-        kiln_status st = render_message(t, msgs, i, &pending_system, &o);
+        kiln_status st = render_message(t, msgs, n, i, &pending_system, &o);
         if (st != KILN_OK) return st;
     }
     if (add_generation_prompt) put(&o, t->assistant_open);
