@@ -2,11 +2,11 @@
  * test_kernels_attention.c - the attention kernels under additive masks, at every kernel level:
  *  - the reference kernel (kernels_attention.c, materialized scores) against a double-precision
  *    attention written here, within 1e-5 * (1 + |ref|);
- *  - the flash kernels (generic, and the level's own, x86/avx512_attention.c) over F32 caches, and the
- *    F16 / Q8_0 cache kernels (kernels_kv.c, and the level's own), against the reference over the same
- *    values: both are float computations that differ in summation order and in where the softmax
- *    normalization happens, |got - ref| <= 2e-6 * (1 + |ref|) elementwise (values and weights are in
- *    [-1, 1]);
+ *  - the flash kernels (generic, and the level's own: x86/avx2_attention.c, avx512_attention.c) over F32
+ *    caches, and the F16 / Q8_0 cache kernels (kernels_kv.c, and the level's own), against the reference
+ *    over the same values: both are float computations that differ in summation order and in where the
+ *    softmax normalization happens, |got - ref| <= 2e-6 * (1 + |ref|) elementwise (values and weights are
+ *    in [-1, 1]);
  *  - 1, 2, 3 and 5 threads agree bit for bit at every level.
  * The masks: plain causal; a sliding window; two sequences interleaved token by token over interleaved
  * cells, with free cells between them; two sequences in separate cell ranges with a run of free cells

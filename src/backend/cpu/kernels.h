@@ -203,6 +203,9 @@ void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_half(kiln_cpu_isa *t);
+/* The fused flash-attention kernel with 8 queries in the lanes (x86/avx2_attention.c; the AVX-512 level's
+ * 16-lane kernel replaces it). */
+void kiln__cpu_isa_init_avx2_attention(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t);

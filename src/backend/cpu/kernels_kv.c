@@ -58,6 +58,17 @@ static const float *segment(const kiln_tensor *c, int64_t row, int64_t e0, int64
     return tmp + (e0 - b0 * tr->block_elems);
 }
 
+const char *kiln__cpu_kv_head_rows(const kiln_tensor *c, int64_t D, int64_t hk, int64_t j0, int64_t n, float *buf,
+                                   float *tmp, size_t *stride) {
+    if (c->type == KILN_TYPE_F32) {
+        *stride = c->nb[2];
+        return kiln__cpu_row(c, hk, j0, 0);
+    }
+    for (int64_t j = 0; j < n; j++) memcpy(buf + j * D, segment(c, j0 + j, hk * D, D, tmp), (size_t)D * sizeof(float));
+    *stride = (size_t)D * sizeof(float);
+    return (const char *)buf;
+}
+
 size_t kiln__cpu_attention_kv_scratch_floats(const kiln_tensor *node) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     size_t n = node->src[1]->type == KILN_TYPE_F32

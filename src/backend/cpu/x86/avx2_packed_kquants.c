@@ -93,14 +93,17 @@ INLINE __m256i top_bits(__m256i qh, int j) {
     return _mm256_and_si256(_mm256_srli_epi16(qh, 2), m);
 }
 
-/* 32 times the sums of activation quants 0-15 and 16-31 of q8 block b, each in all 8 lanes. */
-INLINE void half_sums(const char *xr, int64_t b, __m256i *a, __m256i *bb) {
-    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(32), load32((const unsigned char *)xr + 32 * b)),
-                                  _mm256_set1_epi16(1));
-    s = _mm256_hadd_epi32(s, s);
-    s = _mm256_hadd_epi32(s, s);
-    *a = _mm256_permute2x128_si256(s, s, 0x00);
-    *bb = _mm256_permute2x128_si256(s, s, 0x11);
+/* 32 times the sums of activation quants 0-15 and 16-31 of q8 block b, each in all 8 lanes: the first from
+ * the block's low 16 bytes in 128-bit registers (Zen 1 splits a 256-bit lane-crossing shuffle into up to 8
+ * micro-ops), the second as 32 times the block sum the q8 row keeps (kiln__q8_row_s) less the first. */
+INLINE void half_sums(const char *xr, int64_t k, int64_t b, __m256i *a, __m256i *bb) {
+    const __m128i xq = _mm_loadu_si128((const __m128i *)(const void *)(xr + 32 * b));
+    __m128i s = _mm_madd_epi16(_mm_maddubs_epi16(_mm_set1_epi8(32), xq), _mm_set1_epi16(1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    const int32_t lo = _mm_cvtsi128_si32(s);
+    *a = _mm256_set1_epi32(lo);
+    *bb = _mm256_set1_epi32(32 * kiln__q8_row_s(xr, k)[b] - lo);
 }
 
 INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k, const char *x,
@@ -136,7 +139,7 @@ INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb,
         for (int c = 0; c < C; c++) {
             const char *xr = x + c * xs;
             __m256i sa, sbb;
-            half_sums(xr, b, &sa, &sbb);
+            half_sums(xr, k, b, &sa, &sbb);
             __m256 ta = _mm256_mul_ps(dla, _mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], sa)));
             __m256 t = _mm256_fmadd_ps(dlb, _mm256_cvtepi32_ps(_mm256_sub_epi32(ib[h][c], sbb)), ta);
             acc[h][c] = _mm256_fmadd_ps(t, _mm256_set1_ps(kiln__q8_row_d(xr, k)[b]), acc[h][c]);

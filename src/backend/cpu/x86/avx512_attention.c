@@ -30,6 +30,7 @@
  * The reference is kiln__cpu_attention (kernels_attention.c), which materializes the scores.
  */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_kv.h"
 
 #if defined(__x86_64__)
 #include "backend/cpu/x86/avx512_exp.h"
@@ -58,25 +59,10 @@ typedef struct unit_ctx {
     float *tmp;          /* scratch: one dequantized cache segment (D + 64 floats) */
 } unit_ctx;
 
-/* Rows j0 .. j0 + n of KV head hk as float rows: F32 caches ([D, Hkv, C]) are read in place; F16 and
- * Q8_0 caches ([Hkv * D, C], a row per cell) are converted into buf, the blocks that cover the head's
- * elements at a time. Sets *stride to the returned rows' stride in bytes. */
+/* Rows j0 .. j0 + n of KV head hk as float rows (kiln__cpu_kv_head_rows), converted into buf unless F32. */
 static const char *kv_rows(const unit_ctx *u, const kiln_tensor *c, int64_t hk, int64_t j0, int64_t n, float *buf,
                            size_t *stride) {
-    const int64_t D = u->D;
-    if (c->type == KILN_TYPE_F32) {
-        *stride = c->nb[2];
-        return kiln__cpu_row(c, hk, j0, 0);
-    }
-    const kiln_type_traits *tr = kiln__type_traits(c->type);
-    const int64_t e0 = hk * D, b0 = e0 / tr->block_elems, b1 = (e0 + D - 1) / tr->block_elems;
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = kiln__cpu_row(c, j0 + j, 0, 0) + b0 * (int64_t)tr->block_bytes;
-        kiln__dequantize_row(c->type, row, u->tmp, (b1 - b0 + 1) * tr->block_elems);
-        memcpy(buf + j * D, u->tmp + (e0 - b0 * tr->block_elems), (size_t)D * sizeof(float));
-    }
-    *stride = (size_t)D * sizeof(float);
-    return (const char *)buf;
+    return kiln__cpu_kv_head_rows(c, u->D, hk, j0, n, buf, u->tmp, stride);
 }
 
 /* The first entry of m[0..n) that is not -inf, or n (scalar reference: kiln__cpu_mask_range). */
