@@ -18,6 +18,8 @@
  * Input logits are never modified. A NaN logit counts as -inf and +inf as the largest float; if every
  * logit is -inf the result is token 0. All scratch is allocated in create: sampling allocates nothing.
  */
+#include "sample/sampler.h"
+
 #include "core/core.h"
 #include "grammar/grammar.h"
 #include "sample/rng.h"
@@ -37,6 +39,8 @@ struct kiln_sampler {
     kiln__rng rng;
     candidate *cands;  /* (n_vocab) working logits, later a max-heap */
     candidate *sorted; /* (n_vocab) candidates taken from the heap, best first */
+    int32_t *dist_ids; /* (n_vocab) the tokens of the last distribution (kiln__sampler_dist) */
+    double *dist_w;    /* (n_vocab) and their weights */
     uint32_t *seen;    /* (n_vocab) stamp of the last sample that penalized each token */
     uint32_t stamp;
     int32_t *history; /* (repeat_last_n) ring of accepted tokens */
@@ -86,9 +90,11 @@ kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *para
     s->params = *params;
     s->cands = kiln__alloc_array((size_t)n_vocab, sizeof *s->cands);
     s->sorted = kiln__alloc_array((size_t)n_vocab, sizeof *s->sorted);
+    s->dist_ids = kiln__alloc_array((size_t)n_vocab, sizeof *s->dist_ids);
+    s->dist_w = kiln__alloc_array((size_t)n_vocab, sizeof *s->dist_w);
     s->seen = kiln__calloc((size_t)n_vocab, sizeof *s->seen);
     s->history = kiln__alloc_array((size_t)params->repeat_last_n, sizeof *s->history);
-    if (!s->cands || !s->sorted || !s->seen || !s->history) {
+    if (!s->cands || !s->sorted || !s->dist_ids || !s->dist_w || !s->seen || !s->history) {
         kiln_sampler_destroy(s);
         return kiln__nomem("the sampler scratch");
     }
@@ -101,6 +107,8 @@ void kiln_sampler_destroy(kiln_sampler *sampler) {
     if (!sampler) return;
     kiln__dealloc(sampler->cands);
     kiln__dealloc(sampler->sorted);
+    kiln__dealloc(sampler->dist_ids);
+    kiln__dealloc(sampler->dist_w);
     kiln__dealloc(sampler->seen);
     kiln__dealloc(sampler->history);
     kiln__dealloc(sampler);
@@ -236,22 +244,62 @@ static int32_t truncate_candidates(kiln_sampler *s, double max) {
     return limit;
 }
 
-/* Step 6: draw from softmax(logit / temperature) over c[0..n). */
-static int32_t draw(kiln_sampler *s, const candidate *c, int32_t n, double max) {
+/* Step 6's distribution, softmax(logit / temperature) over c[0..n), into dist_ids/dist_w; returns the
+ * sum of the weights, added in the order the draw adds them. */
+static double weigh(kiln_sampler *s, const candidate *c, int32_t n, double max, kiln__dist *d) {
     double inv_t = 1.0 / (double)s->params.temperature, total = 0;
-    for (int32_t i = 0; i < n; i++)
-        total += exp(((double)c[i].logit - max) * inv_t);
-    double u = kiln__rng_uniform(&s->rng) * total, cum = 0;
-    int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
-        double w = exp(((double)c[i].logit - max) * inv_t);
-        if (w <= 0) continue;
+        s->dist_ids[i] = c[i].id;
+        s->dist_w[i] = exp(((double)c[i].logit - max) * inv_t);
+        total += s->dist_w[i];
+    }
+    d->n = n;
+    d->ids = s->dist_ids;
+    d->w = s->dist_w;
+    d->total = total;
+    return total;
+}
+
+kiln_status kiln__sampler_dist(kiln_sampler *s, const float *logits, kiln__dist *d) {
+    load_logits(s, logits);
+    apply_penalty(s);
+    if (s->grammar)
+        return kiln__error(KILN_E_UNSUPPORTED, "sampler: a grammar's distribution is not available (it "
+                                               "changes with every token)");
+    int32_t best = argmax(s->cands, s->n_vocab);
+    double max = (double)s->cands[best].logit;
+    if (s->params.temperature <= 0 || max == -INFINITY) {
+        s->dist_ids[0] = s->cands[best].id;
+        s->dist_w[0] = 1;
+        *d = (kiln__dist){.n = 1, .ids = s->dist_ids, .w = s->dist_w, .total = 1};
+        return KILN_OK;
+    }
+    const kiln_sampler_params *p = &s->params;
+    bool truncating = (p->top_k > 0 && p->top_k < s->n_vocab) || p->top_p < 1.0f || p->min_p > 0.0f;
+    if (truncating) weigh(s, s->sorted, truncate_candidates(s, max), max, d);
+    else weigh(s, s->cands, s->n_vocab, max, d);
+    return KILN_OK;
+}
+
+int32_t kiln__sampler_draw(kiln_sampler *s, const kiln__dist *d, int32_t skip) {
+    double total = d->total, cum = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < d->n && skip >= 0; i++)
+        if (d->ids[i] == skip) total -= d->w[i];
+    double u = kiln__rng_uniform(&s->rng) * total;
+    for (int32_t i = 0; i < d->n; i++) {
+        double w = d->w[i];
+        if (w <= 0 || d->ids[i] == skip) continue;
         cum += w;
         last = i;
-        if (u < cum) return c[i].id;
+        if (u < cum) return d->ids[i];
     }
-    return c[last].id; /* rounding left u at the very top */
+    return last >= 0 ? d->ids[last] : d->ids[0]; /* rounding left u at the very top */
 }
+
+bool kiln__sampler_has_grammar(const kiln_sampler *s) { return s->grammar != NULL; }
+
+double kiln__sampler_uniform(kiln_sampler *s) { return kiln__rng_uniform(&s->rng); }
 
 kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out) {
     if (!sampler || !logits || !token_out)
@@ -270,11 +318,9 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
     }
     const kiln_sampler_params *p = &s->params;
     bool truncating = (p->top_k > 0 && p->top_k < s->n_vocab) || p->top_p < 1.0f || p->min_p > 0.0f;
-    if (truncating) {
-        int32_t kept = truncate_candidates(s, max);
-        *token_out = draw(s, s->sorted, kept, max);
-    } else {
-        *token_out = draw(s, s->cands, s->n_vocab, max);
-    }
+    kiln__dist d;
+    if (truncating) weigh(s, s->sorted, truncate_candidates(s, max), max, &d);
+    else weigh(s, s->cands, s->n_vocab, max, &d);
+    *token_out = kiln__sampler_draw(s, &d, -1);
     return s->grammar ? kiln_grammar_matcher_accept(s->grammar, *token_out) : KILN_OK;
 }
