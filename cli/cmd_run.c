@@ -124,9 +124,6 @@ static int parse(int argc, char **argv, run_options *o) {
     }
     if (o->prompt_file && o->prompt[0]) return cli_usage_error("run", "give the prompt with -p or -f, not both");
     if (o->lookup && o->model_draft) return cli_usage_error("run", "give --lookup or --model-draft, not both");
-    if ((o->lookup || o->model_draft) && (o->grammar.file || o->grammar.schema))
-        return cli_usage_error("run", "speculative decoding does not take a grammar yet (a rejected guess would "
-                                      "need the grammar's state rolled back)");
     if (!o->model) o->model = cli_default_model();
     if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;

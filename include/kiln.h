@@ -436,6 +436,12 @@ kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *para
 void kiln_sampler_destroy(kiln_sampler *sampler);
 /* Choose the next token from n_vocab logits (not modified). */
 kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out);
+/* As kiln_sampler_sample, and distributed the same, but returning draft whenever it can: with p the
+ * distribution sampled, draft with probability p(draft), else a draw from p without draft (greedy:
+ * draft exactly when it is the argmax). Speculative decoding accepts a guessed token when this returns
+ * it, which keeps the sampler's distribution (rejection sampling). */
+kiln_status kiln_sampler_sample_draft(kiln_sampler *sampler, const float *logits, int32_t draft,
+                                      int32_t *token_out);
 /* Record a token as part of the history (the prompt and each sampled token) for the repeat penalty.
  * Ids outside [0, n_vocab) are ignored. */
 void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
@@ -826,8 +832,9 @@ void kiln_spec_destroy(kiln_spec *spec);
  * history[n - 1] is the last token chosen, not yet decoded. out receives the next 1 .. min(max_out,
  * n_draft + 1) tokens (*n_out of them); the cache then holds the history and every token of out but the
  * last, which is the next step's undecoded token. sampler NULL: greedy decoding (argmax). Otherwise
- * (borrowed; without a grammar) each token is drawn from the distribution kiln_sampler_sample would
- * draw from after the tokens before it, and is passed to kiln_sampler_accept. */
+ * (borrowed) each token is drawn by kiln_sampler_sample_draft (so distributed as kiln_sampler_sample
+ * would draw it after the tokens before it; a grammar on the sampler follows each token kept) and
+ * passed to kiln_sampler_accept. */
 kiln_status kiln_spec_step(kiln_spec *spec, kiln_sampler *sampler, const int32_t *history, int32_t n,
                            int32_t max_out, int32_t *out, int32_t *n_out);
 void kiln_spec_get_stats(const kiln_spec *spec, kiln_spec_stats *out);

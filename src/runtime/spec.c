@@ -10,13 +10,14 @@
  * target decodes [last, d1 .. dk] in one batch with logits for every token; row i is the target's
  * distribution after d1 .. di. Verification walks the rows in order:
  *   - greedy (no sampler): keep argmax(row i); go on while d_{i+1} equalled it;
- *   - with a sampler, p = the distribution kiln_sampler_sample would draw from for row i (src/sample/
- *     sampler.h). A guess is a point mass (both drafters guess deterministically), so the standard
- *     speculative sampling rule (Leviathan et al. 2023, Chen et al. 2023: accept x with probability
- *     min(1, p(x)/q(x)), else draw from norm(max(0, p - q))) becomes: accept d_{i+1} with probability
- *     p(d_{i+1}); else draw from p without d_{i+1}, renormalized, and stop. After k accepted guesses
- *     the last row gives one more token by a plain draw. Each emitted token is thereby distributed as
- *     p given the tokens before it, exactly as plain sampling (tests/test_spec.c checks it by chi-square).
+ *   - with a sampler, p = the distribution kiln_sampler_sample would draw from for row i. A guess is a
+ *     point mass (both drafters guess deterministically), so the standard speculative sampling rule
+ *     (Leviathan et al. 2023, Chen et al. 2023: accept x with probability min(1, p(x)/q(x)), else draw
+ *     from norm(max(0, p - q))) becomes: accept d_{i+1} with probability p(d_{i+1}); else draw from p
+ *     without d_{i+1}, renormalized, and stop. kiln_sampler_sample_draft is that draw. After k accepted
+ *     guesses the last row gives one more token by a plain draw. Each emitted token is thereby
+ *     distributed as p given the tokens before it, exactly as plain sampling (tests/test_spec.c checks
+ *     it by chi-square); a grammar on the sampler sees only the tokens kept, so it needs no rollback.
  * The cells of rejected guesses are forgotten.
  *
  * How many tokens to guess (k) is a cost decision. A batch's cost grows with its token bucket (kiln__bucket:
@@ -35,7 +36,6 @@
 #include "runtime/compile.h"
 
 #include "core/core.h"
-#include "sample/sampler.h"
 
 #include <math.h>
 #include <string.h>
@@ -229,42 +229,23 @@ static void learn_cost(double *mean, double seconds) {
     *mean = *mean > 0 ? COST_DECAY * *mean + (1 - COST_DECAY) * seconds : seconds;
 }
 
-/* Row m's token, and whether it is the guess d (always false for m == k, where there is no guess). */
+/* Row m's token, and whether it is the guess d[m] (never for m == k, where there is no guess). */
 static kiln_status verify_row(kiln_spec *sp, kiln_sampler *smp, const float *row, const int32_t *d, int32_t m,
                               int32_t k, int32_t *tok, bool *accepted) {
-    kiln__dist dist;
     kiln_status s;
-    *accepted = false;
-    if (!smp) {
-        *tok = argmax(row, sp->target->model->hp.n_vocab);
-        *accepted = m < k && *tok == d[m];
-        return KILN_OK;
-    }
-    if ((s = kiln__sampler_dist(smp, row, &dist))) return s;
-    if (m == k) {
-        *tok = dist.n == 1 ? dist.ids[0] : kiln__sampler_draw(smp, &dist, -1);
-    } else if (dist.n == 1) { /* a point mass: greedy, no random number spent */
-        *tok = dist.ids[0];
-        *accepted = *tok == d[m];
-    } else {
-        double w = 0;
-        for (int32_t i = 0; i < dist.n; i++)
-            if (dist.ids[i] == d[m]) w = dist.w[i];
-        *accepted = kiln__sampler_uniform(smp) * dist.total < w;
-        *tok = *accepted ? d[m] : kiln__sampler_draw(smp, &dist, d[m]);
-    }
-    kiln_sampler_accept(smp, *tok);
+    if (!smp) *tok = argmax(row, sp->target->model->hp.n_vocab);
+    else if ((s = m < k ? kiln_sampler_sample_draft(smp, row, d[m], tok) : kiln_sampler_sample(smp, row, tok)))
+        return s;
+    if (smp) kiln_sampler_accept(smp, *tok);
+    *accepted = m < k && *tok == d[m];
     return KILN_OK;
 }
 
-static kiln_status check_step(kiln_spec *sp, const kiln_sampler *smp, const int32_t *history, int32_t n,
-                              int32_t max_out, const int32_t *out, const int32_t *n_out) {
+static kiln_status check_step(kiln_spec *sp, const int32_t *history, int32_t n, int32_t max_out,
+                              const int32_t *out, const int32_t *n_out) {
     int32_t p0;
     if (!sp || !history || !out || !n_out || n < 1 || max_out < 1)
         return kiln__error(KILN_E_INVALID_ARG, "kiln_spec_step: NULL argument, empty history or max_out < 1");
-    if (smp && kiln__sampler_has_grammar(smp))
-        return kiln__error(KILN_E_UNSUPPORTED, "kiln_spec_step: a sampler with a grammar cannot verify "
-                                               "guesses (the grammar would have to follow each guess)");
     p0 = kiln__kv_seq_pos_max(&sp->target->cells, 0) + 1;
     if (p0 != n - 1)
         return kiln__error(
@@ -302,7 +283,7 @@ kiln_status kiln_spec_step(kiln_spec *sp, kiln_sampler *sampler, const int32_t *
     kiln_status s;
     bool accepted = true;
     double t0;
-    if ((s = check_step(sp, sampler, history, n, max_out, out, n_out))) return s;
+    if ((s = check_step(sp, history, n, max_out, out, n_out))) return s;
     c = sp->target;
     V = c->model->hp.n_vocab;
     p0 = n - 1;
