@@ -838,6 +838,12 @@ void kiln_spec_destroy(kiln_spec *spec);
 kiln_status kiln_spec_step(kiln_spec *spec, kiln_sampler *sampler, const int32_t *history, int32_t n,
                            int32_t max_out, int32_t *out, int32_t *n_out);
 void kiln_spec_get_stats(const kiln_spec *spec, kiln_spec_stats *out);
+/* Prompt lookup alone, for callers that build their own batches (kiln serve): what followed the latest
+ * earlier occurrence in history[0..n) of its last ngram_max .. ngram_min tokens (longest first), at most
+ * max tokens, into draft. Returns how many (0: no match). Verify a guess with kiln_sampler_sample_draft
+ * on the logits of the token before it. */
+int32_t kiln_spec_lookup(const int32_t *history, int32_t n, int32_t ngram_min, int32_t ngram_max, int32_t max,
+                         int32_t *draft);
 
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
  * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */

@@ -135,14 +135,15 @@ void kiln_spec_get_stats(const kiln_spec *sp, kiln_spec_stats *out) {
     if (sp && out) *out = sp->stats;
 }
 
-/* Prompt lookup: the continuation of the latest earlier occurrence of the history's last n tokens. */
-static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, int32_t k, int32_t *d) {
-    for (int32_t g = KILN__MIN(sp->p.ngram_max, n - 1); g >= sp->p.ngram_min; g--) {
+int32_t kiln_spec_lookup(const int32_t *h, int32_t n, int32_t ngram_min, int32_t ngram_max, int32_t max,
+                         int32_t *d) {
+    if (!h || !d || n < 2 || max < 1 || ngram_min < 1) return 0;
+    for (int32_t g = KILN__MIN(ngram_max, n - 1); g >= ngram_min; g--) {
         const int32_t *tail = h + n - g;
         for (int32_t j = n - g - 1; j >= 0; j--) {
             int32_t m = 0;
             if (memcmp(h + j, tail, (size_t)g * sizeof *h) != 0) continue;
-            while (m < k && j + g + m < n) {
+            while (m < max && j + g + m < n) {
                 d[m] = h[j + g + m];
                 m++;
             }
@@ -150,6 +151,11 @@ static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, in
         }
     }
     return 0;
+}
+
+/* Prompt lookup with the decoder's n-gram sizes. */
+static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, int32_t k, int32_t *d) {
+    return kiln_spec_lookup(h, n, sp->p.ngram_min, sp->p.ngram_max, k, d);
 }
 
 /* A draft model: bring its sequence 0 to the history, then decode its greedy continuation of k tokens. */
