@@ -25,6 +25,7 @@ from .errors import (
 )
 from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
+from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 from .model import Batch, Context, Model, default_threads
 from .sampler import Sampler
 from .tokenizer import Detokenizer
@@ -47,6 +48,8 @@ __all__ = [
     "Llama",
     "LlamaState",
     "LlamaGrammar",
+    "LlamaDraftModel",
+    "LlamaPromptLookupDecoding",
     "Model",
     "NotFoundError",
     "OutOfMemoryError",
