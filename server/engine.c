@@ -295,6 +295,9 @@ void ks__req_free(ks_req *r) {
     free(r->next_token);
     free(r->batch_at);
     free(r->n_guess);
+    free(r->lookup_next);
+    free(r->spec_hits);
+    free(r->spec_misses);
     free(r->t_last);
     kiln_grammar_destroy(r->grammar);
     pthread_mutex_destroy(&r->cb_mu);

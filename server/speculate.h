@@ -13,12 +13,19 @@
  * slices keep the other half), only cells free beyond every reservation (a guess's cell is temporary
  * unless accepted, and an accepted one is a token the choice had reserved), and never more than the
  * choice may still generate.
+ *
+ * A choice whose guesses keep missing stops guessing: each choice keeps decayed counts of kept guesses and
+ * of rejections (prior: one of each), and guesses only while the estimated per-guess acceptance is at
+ * least 1/2. In steps without guesses it still learns, by checking lookup's first guess against the
+ * token chosen, so it resumes when its output starts repeating.
  */
 #ifndef KILN_SERVER_SPECULATE_H
 #define KILN_SERVER_SPECULATE_H
 
 #include "engine_impl.h"
 
+/* Learn from choice i's step: kept of its n_guess[i] guesses were kept, then token was chosen. */
+void ks__spec_learn(ks_req *r, int32_t i, int32_t kept, int32_t token);
 /* How many guessed tokens this step's batch may take in all (0 when lookup is off). */
 int32_t ks__spec_room(const ks_engine *e, int32_t spare_cells);
 /* Add choice i's guesses after its token (the last in the batch), taking them from *room; sets

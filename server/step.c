@@ -95,8 +95,12 @@ static bool alloc_running(ks_req *r) {
     r->next_token = calloc(n, sizeof *r->next_token);
     r->batch_at = calloc(n, sizeof *r->batch_at);
     r->n_guess = calloc(n, sizeof *r->n_guess);
+    r->lookup_next = calloc(n, sizeof *r->lookup_next);
+    r->spec_hits = calloc(n, sizeof *r->spec_hits);
+    r->spec_misses = calloc(n, sizeof *r->spec_misses);
     r->t_last = calloc(n, sizeof *r->t_last);
-    return r->choices && r->seqs && r->n_past && r->next_token && r->batch_at && r->n_guess && r->t_last;
+    return r->choices && r->seqs && r->n_past && r->next_token && r->batch_at && r->n_guess && r->lookup_next &&
+           r->spec_hits && r->spec_misses && r->t_last;
 }
 
 typedef enum admit_result { ADMIT_OK, ADMIT_WAIT, ADMIT_FAIL } admit_result;
@@ -385,7 +389,7 @@ static void account_decode(ks_engine *e) {
  * guess's cell stays, the rest are forgotten. Returns false when the choice failed (r->error). */
 static bool sample_choice(ks_engine *e, ks_req *r, int32_t i, double now) {
     ks_choice *c = &r->choices[i];
-    int32_t k = r->n_guess[i], row = r->batch_at[i], token = 0;
+    int32_t k = r->n_guess[i], row = r->batch_at[i], token = 0, kept = 0;
     for (int32_t j = 0;; j++) {
         const float *logits = kiln_ctx_logits(e->ctx, row + j);
         c->draft = j < k ? e->batch.token[row + j + 1] : -1;
@@ -404,10 +408,12 @@ static bool sample_choice(ks_engine *e, ks_req *r, int32_t i, double now) {
             ks__hist_observe(&e->delta.inter_token, now - r->t_last[i]);
         if (c->done || j == k || token != e->batch.token[row + j + 1]) break;
         r->n_past[i]++; /* the guess is kept: its cell was right */
+        kept++;
         r->reserved--;
         e->reserved_cells--;
     }
     if (k > 0) kiln_kv_seq_rm(e->ctx, r->seqs[i], r->n_past[i], -1);
+    ks__spec_learn(r, i, kept, token);
     r->next_token[i] = token;
     r->first_token_seen = true;
     r->t_last[i] = now;
