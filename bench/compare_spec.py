@@ -34,7 +34,7 @@ def llama_spec_once(a, model):
         cmd = [a.llama_speculative, "-m", model, "-md", a.draft]
     cmd += ["-f", a.prompt_file, "-n", str(a.n), "--temp", "0", "-t", str(a.t), "--spec-draft-n-max",
             str(a.draft_max)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")  # a random model prints any bytes
     log = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed: {log[-2000:]}")
