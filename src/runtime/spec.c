@@ -27,8 +27,8 @@
  * bucket (a decayed mean per bucket; a bucket not measured yet is estimated from its neighbours at +50%
  * per doubling) plus k draft-model tokens. The step takes the k of most tokens per second, 0 (a plain
  * one-token step) included, so a drafter that keeps missing costs almost nothing. Prompt lookup learns
- * from 0-guess steps too (was its first guess the token chosen?); a draft model's evidence decays back
- * towards the prior (a = 1/2) while it is not used, so it is tried again now and then. params.fixed
+ * from 0-guess steps too (was its first guess the token chosen?); a draft model's evidence decays while it
+ * is not used, and once it is nearly gone (about 22 steps) a step probes with one guess. params.fixed
  * turns this off (always as many guesses as the drafter has, up to n_draft). Which k is chosen never
  * changes greedy tokens; only a near tie can differ, since a many-token batch's logits can differ from a
  * one-token step's in the last bits (docs/runtime.md).
@@ -45,6 +45,7 @@
 #define N_BUCKETS 8    /* batches of 1, 2, 4 .. 128 tokens: n_draft + 1 <= 65 */
 #define DECAY 0.9      /* weight of the past in the acceptance counts, per step */
 #define COST_DECAY 0.8 /* and in the mean cost of a bucket, per batch of that bucket */
+#define PROBE_EVIDENCE 0.1 /* a draft model unused until its counts decay below this (~22 steps) probes */
 
 struct kiln_spec {
     kiln_ctx *target;
@@ -275,7 +276,10 @@ static kiln_status propose(kiln_spec *sp, const int32_t *history, int32_t n, int
         *k = choose_k(sp, draft_lookup(sp, history, n, max_k, d));
         return KILN_OK;
     }
-    if ((max_k = choose_k(sp, max_k)) == 0) return KILN_OK;
+    if ((max_k = choose_k(sp, max_k)) == 0) {
+        if (sp->hits + sp->misses >= PROBE_EVIDENCE) return KILN_OK;
+        max_k = 1; /* the evidence has decayed: probe with one guess */
+    }
     t0 = now_seconds();
     if ((s = draft_model(sp, history, n, max_k, d, k))) return s;
     if (*k > 0) learn_cost(&sp->draft_cost, (now_seconds() - t0) / *k);
