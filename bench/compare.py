@@ -4,6 +4,8 @@
 usage: bench/compare.py [--kiln build/kiln] [--llama-bench PATH] [-p 512] [-n 128] [-r 7] [-t 2] [--cpu LEVEL]
                         MODEL.gguf...
        bench/compare.py --python [same options] MODEL.gguf...
+       bench/compare.py --spec lookup|draft --prompt-file F [--draft D.gguf] [--draft-max 8] [-n 128] [-r 5]
+                        [-t 2] [--llama-lookup PATH] [--llama-speculative PATH] MODEL.gguf...
        bench/compare.py --batched [--llama-batched-bench PATH] [-npp 128] [-ntg 128] [-npl 1,2,4,8,16]
                         [-b 512] [-r 1] [-t 2] [--cpu LEVEL] MODEL.gguf...
 
@@ -35,6 +37,9 @@ jsonl` instead, on the same file with the same -npp/-ntg/-npl lists, n_batch (-b
 and threads, alternating the engines R times, and prints per case the S_PP and S_TG (tokens/s over all
 sequences) of both and the ratio kiln / llama.cpp. llama-batched-bench is built from the llama.cpp sources
 vendored in llama-cpp-python (bench/README.md); --llama-args passes more options to it (e.g. "-kvu").
+
+With --spec lookup|draft it compares speculative decoding: `kiln bench --lookup | --model-draft` against
+llama.cpp's llama-lookup | llama-speculative on the same files and prompt (bench/compare_spec.py).
 """
 import argparse
 import json
@@ -361,11 +366,22 @@ def main():
     ap.add_argument("-ntg", default="128", help="--batched: generated tokens per sequence, a list")
     ap.add_argument("-npl", default="1,2,4,8,16", help="--batched: parallel sequences, a list")
     ap.add_argument("-b", type=int, default=512, help="--batched: n_batch (and llama.cpp's n_ubatch)")
+    ap.add_argument("--spec", choices=["lookup", "draft"], help="speculative decoding (bench/compare_spec.py)")
+    ap.add_argument("--prompt-file", help="--spec: the prompt")
+    ap.add_argument("--draft", help="--spec draft: the draft model")
+    ap.add_argument("--draft-max", type=int, default=8, help="--spec: most guesses per step")
+    ap.add_argument("--llama-lookup", default=os.environ.get("LLAMA_LOOKUP", "llama-lookup"))
+    ap.add_argument("--llama-speculative", default=os.environ.get("LLAMA_SPECULATIVE", "llama-speculative"))
     a = ap.parse_args()
     if a.r is None:
         a.r = 1 if a.batched else 3 if a.python else 7
     if a.batched:
         return batched(a)
+    if a.spec:
+        if not a.prompt_file or (a.spec == "draft") != bool(a.draft):
+            ap.error("--spec needs --prompt-file, and --draft exactly with --spec draft")
+        from compare_spec import speculative
+        return speculative(a, cpu_model, load1)
     return python_binding(a) if a.python else field(a)
 
 if __name__ == "__main__":

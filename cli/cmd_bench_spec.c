@@ -26,11 +26,13 @@ static const char help[] =
     "  -r, --repetitions R     runs of each after one warm-up run (default 3)\n"
     "      --draft-max N       most guessed tokens per step (default 8)\n"
     "      --lookup-ngram N    longest n-gram prompt lookup matches (default 4)\n"
+    "      --draft-fixed       guess --draft-max tokens every step (default: the number of guesses is\n"
+    "                          chosen from the measured batch costs and the acceptance so far)\n"
     "  -t, --threads N, --device D, --devices LIST, --cpu LEVEL: as kiln run\n";
 
 typedef struct spec_bench {
     const char *model, *draft, *prompt, *file;
-    bool lookup;
+    bool lookup, fixed;
     long n_gen, reps, draft_max, ngram;
     cli_engine engine;
     kiln_model *m, *dm;
@@ -53,6 +55,8 @@ static int parse(int argc, char **argv, spec_bench *b) {
             ok = cli_arg_str("bench", argc, argv, &i, &b->draft);
         else if (!strcmp(a, "--lookup"))
             b->lookup = true;
+        else if (!strcmp(a, "--draft-fixed"))
+            b->fixed = true;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
             ok = cli_arg_str("bench", argc, argv, &i, &b->prompt);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
@@ -101,6 +105,7 @@ static int setup(spec_bench *b, char *text) {
     sp.draft = b->dctx;
     sp.n_draft = (int32_t)b->draft_max;
     sp.ngram_max = (int32_t)b->ngram;
+    sp.fixed = b->fixed;
     if ((s = kiln_spec_create(b->ctx, &sp, &b->spec)))
         return cli_fail("bench", s, "starting speculative decoding");
     b->plain = malloc((size_t)cp.n_ctx * sizeof(int32_t));
@@ -128,7 +133,7 @@ static double run(spec_bench *b, bool spec, int32_t *ids) {
     ids[n++] = argmax(logits, V);
     while (n < end) {
         if (spec) {
-            if ((s = kiln_spec_step(b->spec, ids, n, end - n, out, &m))) break;
+            if ((s = kiln_spec_step(b->spec, NULL, ids, n, end - n, out, &m))) break;
             memcpy(ids + n, out, (size_t)m * sizeof *ids);
             n += m;
         } else {

@@ -1,7 +1,7 @@
 /*
  * cmd_run.c - `kiln run`: tokenize a prompt, prefill it in one batch, then generate one token at a time,
- * or, with --lookup or --model-draft, several per target batch by greedy speculative decoding
- * (kiln_spec_step), which produces the same tokens.
+ * or, with --lookup or --model-draft, several per target batch by speculative decoding
+ * (kiln_spec_step), which gives the same tokens (greedy) or the same distribution (sampling).
  *
  * stdout receives exactly the prompt text followed by the generated text, streamed as it is produced.
  * Diagnostics and the final timing line go to stderr.
@@ -47,8 +47,8 @@ static const char run_help[] =
     "      --seed S           random seed (default: from the clock)\n"
     "      --lookup           speculative decoding with prompt lookup: guess the next tokens from the\n"
     "                         latest earlier occurrence of the last n-gram, verify them in one batch\n"
-    "                         (greedy only: --temp 0; the output is greedy decoding's)\n"
-    "  -md, --model-draft F   speculative decoding with draft model F (same vocabulary), greedy only\n"
+    "                         (greedy: the same tokens; sampling: the same distribution)\n"
+    "  -md, --model-draft F   speculative decoding with draft model F (same vocabulary)\n"
     "      --draft-max N      most guessed tokens per step (default 8)\n"
     "      --lookup-ngram N   longest n-gram prompt lookup matches (default 4)\n"
     CLI_GRAMMAR_HELP
@@ -124,11 +124,6 @@ static int parse(int argc, char **argv, run_options *o) {
     }
     if (o->prompt_file && o->prompt[0]) return cli_usage_error("run", "give the prompt with -p or -f, not both");
     if (o->lookup && o->model_draft) return cli_usage_error("run", "give --lookup or --model-draft, not both");
-    if ((o->lookup || o->model_draft) && (o->sampling.temperature > 0 || o->sampling.repeat_penalty != 1.0f))
-        return cli_usage_error("run", "speculative decoding is greedy only: add --temp 0 (and no repeat penalty)");
-    if ((o->lookup || o->model_draft) && (o->grammar.file || o->grammar.schema))
-        return cli_usage_error("run", "speculative decoding does not take a grammar yet (a rejected guess would "
-                                      "need the grammar's state rolled back)");
     if (!o->model) o->model = cli_default_model();
     if (!o->seed_given) o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;
@@ -244,8 +239,9 @@ static int generate(generation *g, const run_options *o, double *t_prompt, doubl
     return CLI_OK;
 }
 
-/* Greedy speculative generation: each kiln_spec_step gives the next tokens of greedy decoding, one
- * target batch each. hist holds the prompt and every token chosen; its last is not yet decoded. */
+/* Speculative generation: each kiln_spec_step gives the next tokens, one target batch each, drawn with
+ * the sampler (which it also tells of each token, as generate does). hist holds the prompt and every
+ * token chosen; its last is not yet decoded. */
 static int generate_spec(generation *g, const run_options *o, double *t_prompt, double *t_gen, long *n_gen) {
     int32_t eos = kiln_vocab_eos(kiln_model_vocab(g->model)), n_ctx = kiln_ctx_n_ctx(g->ctx), out[64], m = 0;
     int32_t *hist = malloc((size_t)n_ctx * sizeof *hist), n;
@@ -265,7 +261,9 @@ static int generate_spec(generation *g, const run_options *o, double *t_prompt, 
     memcpy(hist, g->prompt, g->n_prompt * sizeof *hist);
     n = (int32_t)g->n_prompt;
     t0 = cli_now_seconds();
+    for (size_t i = 0; i < g->n_prompt; i++) kiln_sampler_accept(g->sampler, g->prompt[i]);
     if ((s = kiln_sampler_sample(g->sampler, logits, &out[0]))) end = true;
+    else kiln_sampler_accept(g->sampler, out[0]);
     m = 1;
     for (*n_gen = 0; !end && !s;) {
         for (int32_t i = 0; i < m && !end; i++) {
@@ -280,7 +278,7 @@ static int generate_spec(generation *g, const run_options *o, double *t_prompt, 
             fprintf(stderr, "\nkiln run: context full (%d tokens); stopping\n", n_ctx);
             break;
         }
-        s = kiln_spec_step(g->spec, hist, n, (int32_t)(o->n_predict - *n_gen), out, &m);
+        s = kiln_spec_step(g->spec, g->sampler, hist, n, (int32_t)(o->n_predict - *n_gen), out, &m);
     }
     free(hist);
     if (s) return cli_fail("run", s, "speculative decoding");

@@ -34,6 +34,10 @@ static const char serve_help[] =
     "      --timeout S         seconds a connection may stay idle or take to send a request (default 30)\n"
     "      --max-body BYTES    the largest request body (default 1048576)\n"
     "      --grace S           seconds running requests get to finish after SIGTERM (default 10)\n"
+    "      --lookup            speculative decoding by prompt lookup for every request: each step a\n"
+    "                          choice may guess its next tokens from its prompt and output; greedy\n"
+    "                          output is unchanged, sampled output keeps its distribution\n"
+    "      --draft-max N       most guessed tokens per choice and step (default 8; with --lookup)\n"
     "      --slot-save-path DIR  folder of POST /slots/{id}?action=save|restore state files (KV cache and\n"
     "                          tokens of a cached prompt; slot 0 is the most recent); without it: 501\n"
     "      --prefix-cache-dir DIR  keep the prefix cache across restarts: its prompts are written to DIR\n"
@@ -73,6 +77,8 @@ typedef struct serve_options {
     ks_server_params p;
     cli_engine engine;
     const char *key_file;
+    bool lookup;    /* --lookup */
+    long draft_max; /* --draft-max */
 } serve_options;
 
 /* One option at argv[*i]; false (after printing) when it is unknown or its value is malformed. */
@@ -87,6 +93,8 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--api-key")) return cli_arg_str("serve", argc, argv, i, &p->api_key);
     if (!strcmp(a, "--api-key-file")) return cli_arg_str("serve", argc, argv, i, &o->key_file);
     if (!strcmp(a, "--verbose")) return (p->verbose = true);
+    if (!strcmp(a, "--lookup")) return (o->lookup = true);
+    if (!strcmp(a, "--draft-max")) return cli_arg_int("serve", argc, argv, i, 1, 64, &o->draft_max);
     if (!strcmp(a, "--slot-save-path")) return cli_arg_str("serve", argc, argv, i, &p->slot_save_path);
     if (!strcmp(a, "--prefix-cache-dir")) return cli_arg_str("serve", argc, argv, i, &p->prefix_cache_dir);
     if (!strcmp(a, "--port"))
@@ -117,7 +125,7 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    serve_options o = {.p = ks_server_params_default()};
+    serve_options o = {.p = ks_server_params_default(), .draft_max = 8};
     char *key = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -128,6 +136,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (o.p.api_key && o.key_file)
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+    o.p.engine.lookup_draft = o.lookup ? (int32_t)o.draft_max : 0;
     if (o.key_file) {
         if (!(key = read_key_file(o.key_file))) return CLI_USAGE;
         o.p.api_key = key;

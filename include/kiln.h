@@ -436,6 +436,12 @@ kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *para
 void kiln_sampler_destroy(kiln_sampler *sampler);
 /* Choose the next token from n_vocab logits (not modified). */
 kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out);
+/* As kiln_sampler_sample, and distributed the same, but returning draft whenever it can: with p the
+ * distribution sampled, draft with probability p(draft), else a draw from p without draft (greedy:
+ * draft exactly when it is the argmax). Speculative decoding accepts a guessed token when this returns
+ * it, which keeps the sampler's distribution (rejection sampling). */
+kiln_status kiln_sampler_sample_draft(kiln_sampler *sampler, const float *logits, int32_t draft,
+                                      int32_t *token_out);
 /* Record a token as part of the history (the prompt and each sampled token) for the repeat penalty.
  * Ids outside [0, n_vocab) are ignored. */
 void kiln_sampler_accept(kiln_sampler *sampler, int32_t token);
@@ -797,18 +803,21 @@ kiln_status kiln_ctx_state_get(kiln_ctx *ctx, int32_t seq, const int32_t *tokens
 kiln_status kiln_ctx_state_set(kiln_ctx *ctx, int32_t seq, const void *src, size_t size, int32_t *tokens,
                                int32_t capacity, int32_t *n_tokens);
 
-/* Greedy speculative decoding of sequence 0 (docs/runtime.md, "Speculative decoding"): up to n_draft
- * guessed tokens verified by one batch of the target, keeping exactly the tokens greedy decoding
- * chooses. The guesses come from prompt lookup (the continuation of the latest earlier occurrence of the
- * history's last ngram_max .. ngram_min tokens) or, when draft is set, from a draft model's greedy
- * decoding in its own context (same vocabulary, checked by kiln_spec_create: KILN_E_INVALID_ARG names the
- * difference). Both contexts are borrowed and must outlive the kiln_spec; kiln_spec_create clears the
- * draft's. */
+/* Speculative decoding of sequence 0 (docs/runtime.md, "Speculative decoding"): guessed tokens verified by
+ * one batch of the target, keeping exactly the tokens greedy decoding chooses or, with a sampler, tokens
+ * distributed as the sampler's own draws would be (rejection sampling). The guesses come from prompt
+ * lookup (the continuation of the latest earlier occurrence of the history's last ngram_max ..
+ * ngram_min tokens) or, when draft is set, from a draft model's greedy decoding in its own context (same
+ * vocabulary, checked by kiln_spec_create: KILN_E_INVALID_ARG names the difference). How many tokens a
+ * step guesses (0 .. n_draft) is chosen from the measured cost of each batch size and the acceptance rate
+ * so far, unless fixed is set. Both contexts are borrowed and must outlive the kiln_spec;
+ * kiln_spec_create clears the draft's. */
 typedef struct kiln_spec_params {
     int32_t n_draft;   /* most guessed tokens per step, 1 .. 64 and below the target's n_batch; default 8 */
     int32_t ngram_min; /* prompt lookup: shortest n-gram matched; default 1 */
     int32_t ngram_max; /* longest, at most 16; default 4 */
     kiln_ctx *draft;   /* a draft model's context, or NULL for prompt lookup */
+    bool fixed;        /* guess as many as the drafter has, up to n_draft, every step (deterministic) */
 } kiln_spec_params;
 typedef struct kiln_spec kiln_spec;
 typedef struct kiln_spec_stats {
@@ -821,11 +830,20 @@ kiln_status kiln_spec_create(kiln_ctx *target, const kiln_spec_params *params, k
 void kiln_spec_destroy(kiln_spec *spec);
 /* One step. history[0..n) is sequence 0 so far: the target's cache holds its first n - 1 tokens and
  * history[n - 1] is the last token chosen, not yet decoded. out receives the next 1 .. min(max_out,
- * n_draft + 1) tokens of greedy decoding (*n_out of them); the cache then holds the history and every
- * token of out but the last, which is the next step's undecoded token. */
-kiln_status kiln_spec_step(kiln_spec *spec, const int32_t *history, int32_t n, int32_t max_out, int32_t *out,
-                           int32_t *n_out);
+ * n_draft + 1) tokens (*n_out of them); the cache then holds the history and every token of out but the
+ * last, which is the next step's undecoded token. sampler NULL: greedy decoding (argmax). Otherwise
+ * (borrowed) each token is drawn by kiln_sampler_sample_draft (so distributed as kiln_sampler_sample
+ * would draw it after the tokens before it; a grammar on the sampler follows each token kept) and
+ * passed to kiln_sampler_accept. */
+kiln_status kiln_spec_step(kiln_spec *spec, kiln_sampler *sampler, const int32_t *history, int32_t n,
+                           int32_t max_out, int32_t *out, int32_t *n_out);
 void kiln_spec_get_stats(const kiln_spec *spec, kiln_spec_stats *out);
+/* Prompt lookup alone, for callers that build their own batches (kiln serve): what followed the latest
+ * earlier occurrence in history[0..n) of its last ngram_max .. ngram_min tokens (longest first), at most
+ * max tokens, into draft. Returns how many (0: no match). Verify a guess with kiln_sampler_sample_draft
+ * on the logits of the token before it. */
+int32_t kiln_spec_lookup(const int32_t *history, int32_t n, int32_t ngram_min, int32_t ngram_max, int32_t max,
+                         int32_t *draft);
 
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
  * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */

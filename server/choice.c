@@ -94,6 +94,7 @@ kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params 
     memset(c, 0, sizeof *c);
     c->index = index;
     c->p = p;
+    c->draft = -1;
     kiln_sampler_params mine = *sp;
     mine.seed = sp->seed + (uint64_t)index;
     kiln_status st = kiln_sampler_create(s->n_vocab, &mine, &c->sampler);
@@ -270,7 +271,8 @@ static kiln_status feed(ks_choice *c, kiln_str piece, bool final, ks_emit_fn emi
 kiln_status ks__choice_step(ks_choice *c, ks_gen_scratch *s, const float *logits, ks_emit_fn emit, void *user,
                             int32_t *token) {
     int32_t t = 0;
-    kiln_status st = kiln_sampler_sample(c->sampler, penalized(c, s, logits), &t);
+    kiln_status st = c->draft >= 0 ? kiln_sampler_sample_draft(c->sampler, penalized(c, s, logits), c->draft, &t)
+                                   : kiln_sampler_sample(c->sampler, penalized(c, s, logits), &t);
     if (st != KILN_OK) return st;
     *token = t;
     c->generated[c->n_generated++] = t;

@@ -72,6 +72,8 @@ typedef struct ks_choice {
     size_t produced, emitted; /* bytes of text out of the detokenizer, and emitted */
     bool done;
     ks_finish finish;
+    int32_t draft; /* a guessed token the next ks__choice_step returns whenever the sampler's distribution
+                    * allows (kiln_sampler_sample_draft), or -1; set by the engine for one step */
 } ks_choice;
 
 kiln_status ks__choice_init(ks_choice *c, int32_t index, const ks_choice_params *p,

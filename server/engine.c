@@ -76,6 +76,8 @@ static kiln_status resolve_params(const kiln_model *model, ks_engine_params *p) 
     if (p->cache_seqs < 0)
         return kiln__error(KILN_E_INVALID_ARG, "engine: cache_seqs %d is negative", p->cache_seqs);
     if (p->cache_seqs > KILN_SEQ_MAX - p->n_parallel) p->cache_seqs = KILN_SEQ_MAX - p->n_parallel;
+    if (p->lookup_draft < 0 || p->lookup_draft > 64)
+        return kiln__error(KILN_E_INVALID_ARG, "engine: lookup_draft %d is outside 0 .. 64", p->lookup_draft);
     return KILN_OK;
 }
 
@@ -92,6 +94,8 @@ static kiln_status engine_init(ks_engine *e) {
     kiln_status st = kiln_ctx_create(e->model, &cp, &e->ctx);
     if (st == KILN_OK) st = kiln_batch_init(e->p.n_batch, &e->batch);
     if (st == KILN_OK) st = ks__gen_scratch_init(&e->scratch, e->model);
+    if (st == KILN_OK && e->p.lookup_draft > 0 && !(e->spec_hist = malloc((size_t)e->p.n_ctx * sizeof(int32_t))))
+        st = kiln__error(KILN_E_NOMEM, "engine: the prompt-lookup history");
     if (st == KILN_OK) st = ks__pcache_init(&e->pcache, e->p.cache_seqs, e->ctx, ks__engine_release_seq, e);
     if (st == KILN_OK && e->pcache.max > 0 && !e->pcache.entries)
         st = kiln__error(KILN_E_NOMEM, "engine: the prefix cache table");
@@ -153,6 +157,7 @@ void ks_engine_destroy(ks_engine *e) {
     ks__pcache_free(&e->pcache);
     ks__gen_scratch_free(&e->scratch);
     kiln_batch_free(&e->batch);
+    free(e->spec_hist);
     kiln_ctx_destroy(e->ctx);
     pthread_cond_destroy(&e->idle_cv);
     pthread_cond_destroy(&e->slot_cv);
@@ -289,6 +294,10 @@ void ks__req_free(ks_req *r) {
     free(r->n_past);
     free(r->next_token);
     free(r->batch_at);
+    free(r->n_guess);
+    free(r->lookup_next);
+    free(r->spec_hits);
+    free(r->spec_misses);
     free(r->t_last);
     kiln_grammar_destroy(r->grammar);
     pthread_mutex_destroy(&r->cb_mu);

@@ -54,6 +54,8 @@ typedef struct ks_engine_params {
     int32_t max_tokens_cap;/* largest max_tokens a request may ask for; 0 (the default) = n_ctx */
     int32_t cache_seqs;    /* finished sequences kept for the prefix cache (0: no cache); default 8, and at
                             * most KILN_SEQ_MAX - n_parallel (larger values are lowered to that) */
+    int32_t lookup_draft;  /* prompt-lookup speculation (--lookup, --draft-max): most guessed tokens per
+                            * choice and step, verified in the step's shared batch; 0 (default): off */
     kiln_log_fn log;       /* --verbose lines, or NULL */
     void *log_user;
 } ks_engine_params;

@@ -52,6 +52,9 @@ typedef struct ks_req {
     int32_t *n_past;     /* [n] cells (positions) each sequence holds */
     int32_t *next_token; /* [n] the token each choice decodes next */
     int32_t *batch_at;   /* [n] its row in this step's batch, or -1 */
+    int32_t *n_guess;    /* [n] guessed tokens after it in the batch (speculate.c) */
+    int32_t *lookup_next;/* [n] prompt lookup's first guess when no guess went into the batch, or -1 */
+    float *spec_hits, *spec_misses; /* [n] decayed counts of kept guesses and of rejections */
     double *t_last;      /* [n] when each choice's latest token came */
     int32_t n_prefilled; /* prompt tokens in seqs[0]'s cells (reused ones included); embedding
                           * requests: tokens of the inputs done or in this step's batch */
@@ -109,6 +112,7 @@ struct ks_engine {
     ks_pcache pcache;
     kiln_batch batch;
     ks_gen_scratch scratch;
+    int32_t *spec_hist; /* [n_ctx] a choice's tokens, for prompt lookup; NULL when lookup_draft is 0 */
     ks_metrics delta; /* counters and histograms of this step, merged into metrics under mu */
     struct ks_embed_slot {
         ks_req *req;

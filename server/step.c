@@ -21,6 +21,7 @@
 #include "engine_impl.h"
 #include "error.h"
 #include "metrics.h"
+#include "speculate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,8 +94,13 @@ static bool alloc_running(ks_req *r) {
     r->n_past = calloc(n, sizeof *r->n_past);
     r->next_token = calloc(n, sizeof *r->next_token);
     r->batch_at = calloc(n, sizeof *r->batch_at);
+    r->n_guess = calloc(n, sizeof *r->n_guess);
+    r->lookup_next = calloc(n, sizeof *r->lookup_next);
+    r->spec_hits = calloc(n, sizeof *r->spec_hits);
+    r->spec_misses = calloc(n, sizeof *r->spec_misses);
     r->t_last = calloc(n, sizeof *r->t_last);
-    return r->choices && r->seqs && r->n_past && r->next_token && r->batch_at && r->t_last;
+    return r->choices && r->seqs && r->n_past && r->next_token && r->batch_at && r->n_guess && r->lookup_next &&
+           r->spec_hits && r->spec_misses && r->t_last;
 }
 
 typedef enum admit_result { ADMIT_OK, ADMIT_WAIT, ADMIT_FAIL } admit_result;
@@ -318,15 +324,18 @@ static void build_batch(ks_engine *e) {
     kiln_batch *b = &e->batch;
     kiln_batch_clear(b);
     ks_req *oldest = NULL;
+    int32_t guess_room = ks__spec_room(e, free_cells(e) - e->reserved_cells);
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
         r->slice = 0;
         if (prefilling(r) && !oldest) oldest = r;
         for (int32_t i = 0; i < r->req.n; i++) {
             r->batch_at[i] = -1;
+            r->n_guess[i] = 0;
             if (prefilling(r) || r->choices[i].done) continue;
             r->batch_at[i] = b->n_tokens;
             kiln_batch_add(b, r->next_token[i], r->n_past[i], r->seqs[i], true);
+            ks__spec_add_guesses(e, r, i, &guess_room);
         }
     }
     int32_t budget = e->p.n_batch - b->n_tokens;
@@ -375,32 +384,49 @@ static void account_decode(ks_engine *e) {
     }
 }
 
-/* Sample every choice of r that has logits in this batch. Returns false when the request failed (its
- * message is in r->error). */
-static bool sample_request(ks_engine *e, ks_req *r, double now) {
-    if (r->error[0]) return false;
-    for (int32_t i = 0; i < r->req.n; i++) {
-        ks_choice *c = &r->choices[i];
-        if (r->batch_at[i] < 0 || c->done) continue;
-        const float *logits = kiln_ctx_logits(e->ctx, r->batch_at[i]);
-        int32_t token = 0;
+/* Choice i's tokens from its rows of this batch: its own token's row, then one row per guess for as long
+ * as the sampler returned the guess (kiln_sampler_sample_draft keeps the distribution); an accepted
+ * guess's cell stays, the rest are forgotten. Returns false when the choice failed (r->error). */
+static bool sample_choice(ks_engine *e, ks_req *r, int32_t i, double now) {
+    ks_choice *c = &r->choices[i];
+    int32_t k = r->n_guess[i], row = r->batch_at[i], token = 0, kept = 0;
+    for (int32_t j = 0;; j++) {
+        const float *logits = kiln_ctx_logits(e->ctx, row + j);
+        c->draft = j < k ? e->batch.token[row + j + 1] : -1;
         kiln_status st =
             logits ? ks__choice_step(c, &e->scratch, logits, ks__engine_emit, r, &token) : KILN_E_INTERNAL;
+        c->draft = -1;
         if (st != KILN_OK) {
             snprintf(r->error, sizeof r->error, "choice %d: %s", i, kiln_last_error());
             return false;
         }
-        r->next_token[i] = token;
         r->completion_tokens++;
         e->delta.generated_tokens++;
-        if (!r->first_token_seen)
+        if (j == 0 && !r->first_token_seen)
             ks__hist_observe(&e->delta.ttft, now - r->t_submit);
-        else if (r->t_last[i] > 0)
+        else if (j == 0 && r->t_last[i] > 0)
             ks__hist_observe(&e->delta.inter_token, now - r->t_last[i]);
-        r->first_token_seen = true;
-        r->t_last[i] = now;
-        if (c->done) finish_choice(e, r, i);
+        if (c->done || j == k || token != e->batch.token[row + j + 1]) break;
+        r->n_past[i]++; /* the guess is kept: its cell was right */
+        kept++;
+        r->reserved--;
+        e->reserved_cells--;
     }
+    if (k > 0) kiln_kv_seq_rm(e->ctx, r->seqs[i], r->n_past[i], -1);
+    ks__spec_learn(r, i, kept, token);
+    r->next_token[i] = token;
+    r->first_token_seen = true;
+    r->t_last[i] = now;
+    if (c->done) finish_choice(e, r, i);
+    return true;
+}
+
+/* Sample every choice of r that has logits in this batch. Returns false when the request failed (its
+ * message is in r->error). */
+static bool sample_request(ks_engine *e, ks_req *r, double now) {
+    if (r->error[0]) return false;
+    for (int32_t i = 0; i < r->req.n; i++)
+        if (r->batch_at[i] >= 0 && !r->choices[i].done && !sample_choice(e, r, i, now)) return false;
     return true;
 }
 

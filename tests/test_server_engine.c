@@ -300,6 +300,55 @@ static void concurrent_greedy_requests_each_match_their_sequence_decoded_alone(v
         collector_free(c[i]);
 }
 
+/* Prompt lookup (lookup_draft): greedy output is the tokens of plain decoding, for requests that guess a
+ * lot (a repetitive prompt) sharing batches with ones that do not, and every guessed cell is given back.
+ * Alone, the repetitive request needs fewer steps than tokens: guesses were accepted. */
+static void prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_batches(void) {
+    static const char repeat[] = "Lily was sad and didn't know what to do. Lily was sad and didn't know what "
+                                 "to do. Lily was sad and didn't know what to do.";
+    ks_engine_params p = ks_engine_params_default();
+    ks_engine *e = NULL;
+    int32_t prompts[6][64], n_prompt[6];
+    collector *c[6];
+    ks_metrics m;
+    p.n_parallel = 4;
+    p.n_ctx = 1024;
+    p.cache_seqs = 0;
+    p.lookup_draft = 8;
+    CHECK_OK(ks_engine_create(model, &p, &e));
+    if (!e) return;
+    for (int i = 0; i < 6; i++) {
+        n_prompt[i] = tokenize(i % 2 ? PROMPTS[i] : repeat, prompts[i], 64);
+        ks_request r = greedy_request(prompts[i], n_prompt[i], 48);
+        r.logprobs = 0;
+        c[i] = collector_new(e);
+        CHECK_OK(ks_engine_submit(e, &r, on_event, c[i], &c[i]->handle));
+    }
+    for (int i = 0; i < 6; i++) {
+        int32_t ref[64], n;
+        CHECK(wait_end(c[i], WAIT_S));
+        n = greedy_alone(prompts[i], n_prompt[i], 48, false, 0, 0, ref);
+        CHECK_EQ_INT(c[i]->n_tokens[0], n);
+        CHECK_EQ_INT(c[i]->completion_tokens, n);
+        for (int32_t j = 0; j < n && j < c[i]->n_tokens[0]; j++)
+            CHECK_EQ_INT(c[i]->tokens[0][j], ref[j]);
+        CHECK_EQ_INT(c[i]->events_after_end, 0);
+    }
+    CHECK(wait_idle_metrics(e, 0, WAIT_S)); /* no guessed cell left behind */
+    for (int i = 0; i < 6; i++)
+        collector_free(c[i]);
+    ks_engine_metrics(e, &m);
+    uint64_t steps0 = m.steps;
+    ks_request r = greedy_request(prompts[0], n_prompt[0], 48);
+    c[0] = collector_new(e);
+    CHECK_OK(ks_engine_submit(e, &r, on_event, c[0], &c[0]->handle));
+    CHECK(wait_end(c[0], WAIT_S));
+    ks_engine_metrics(e, &m);
+    CHECK(m.steps - steps0 < (uint64_t)c[0]->completion_tokens); /* the prompt's step included */
+    collector_free(c[0]);
+    ks_engine_destroy(e);
+}
+
 static void a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token_each_step(void) {
     enum { N_STREAMS = 4, LONG = 300, BATCH = 64 };
     ks_engine *e = engine_with(N_STREAMS + 1, 1024, BATCH, 0);
@@ -907,6 +956,7 @@ int main(void) {
         return 1;
     }
     RUN(concurrent_greedy_requests_each_match_their_sequence_decoded_alone);
+    RUN(prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_batches);
     RUN(a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token_each_step);
     RUN(a_short_prompt_overtakes_a_long_prefill_and_both_give_what_they_give_alone);
     RUN(n_choices_at_temperature_0_are_identical_and_share_one_prefill);

@@ -26,6 +26,7 @@ from .errors import (
 )
 from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
+from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 from .model import Batch, Context, Model, default_threads
 from .onnx import InferenceSession, NodeArg, SessionOptions
 from .sampler import Sampler
@@ -50,6 +51,8 @@ __all__ = [
     "Llama",
     "LlamaState",
     "LlamaGrammar",
+    "LlamaDraftModel",
+    "LlamaPromptLookupDecoding",
     "Model",
     "NodeArg",
     "NotFoundError",

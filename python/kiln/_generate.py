@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from .model import Context, Model
+from .model import Batch, Context, Model
 from .sampler import Sampler
 from .tokenizer import Detokenizer
 
@@ -54,6 +54,8 @@ class Request:
     logprobs: Optional[int]  # top-N alternatives per token, or None
     sampling: Sampling = field(default_factory=Sampling)
     grammar: Any = None  # a kiln.grammar.GrammarMatcher constraining the tokens, or None
+    draft_model: Any = None  # a kiln.llama_speculative.LlamaDraftModel guessing tokens, or None
+    n_batch: int = 512  # the context's most tokens per batch (a step decodes 1 + guesses)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -126,6 +128,26 @@ class _Penalties:
         return out
 
 
+class _Rows:
+    """The logits rows still to sample from, each with the guessed token it should confirm (or None):
+    one row after a plain step; 1 + k after a step that decoded k guesses (speculative decoding)."""
+
+    def __init__(self, first_logits: np.ndarray) -> None:
+        self.rows: List[Tuple[np.ndarray, Optional[int]]] = [(first_logits, None)]
+
+    def step(self, ctx: Context, batch: Optional[Batch], token: int, pos: int, guesses: np.ndarray) -> None:
+        """Decode token at pos, and the guesses after it in the same batch when there are any."""
+        if batch is None or len(guesses) == 0:
+            self.rows = [(ctx.decode([token]), None)]
+            return
+        batch.clear()
+        batch.add(token, pos, 0, True)
+        for j, g in enumerate(guesses):
+            batch.add(int(g), pos + 1 + j, 0, True)
+        ctx.decode_batch(batch)
+        self.rows = [(ctx.logits(j), int(guesses[j]) if j < len(guesses) else None) for j in range(len(guesses) + 1)]
+
+
 def generate(
     model: Model,
     ctx: Context,
@@ -142,18 +164,23 @@ def generate(
     detok = Detokenizer(model, req.strip_leading_space)
     penalties = _Penalties(s, model.n_vocab)
     history = list(req.prompt_tokens)
+    spec_batch = Batch(req.n_batch) if req.draft_model is not None else None
+    rows = _Rows(first_logits)
     for t in req.prompt_tokens:
         sampler.accept(t)
     if req.grammar is not None:
         sampler.set_grammar(req.grammar)
     text, sent = b"", 0
     pending: List[Tuple[int, Tuple[str, float, Dict[str, float]]]] = []  # (text offset, entry)
-    logits = first_logits
     finish, stopped = "length", False
     try:
         while len(completion_tokens) < req.max_tokens:
+            logits, guess = rows.rows.pop(0)
             scores = penalties.apply(logits, history)
-            token = sampler.sample(scores)
+            token = sampler.sample(scores) if guess is None else sampler.sample_draft(scores, guess)
+            if guess is not None and token != guess:
+                ctx.kv_seq_rm(0, len(history), -1)  # this guess and the later ones saw a wrong prefix
+                rows.rows = []
             if token in req.stop_tokens:
                 finish = "stop"
                 break
@@ -184,13 +211,20 @@ def generate(
             if last:
                 finish = "stop" if grammar_done else finish
                 break
-            logits = ctx.decode([token])
+            if not rows.rows:
+                left = min(req.max_tokens - len(completion_tokens) - 1, req.n_batch - 1, ctx.n_ctx - len(history))
+                guesses = req.draft_model(np.asarray(history, dtype=np.intc))[: max(0, left)] if spec_batch is not None else []
+                rows.step(ctx, spec_batch, token, len(history) - 1, guesses)
         if not stopped:
             # What was held back never became a stop string: it is part of the answer.
             text += detok.flush()
             if len(text) > sent or pending:
                 yield ("text", text[sent:], [e for _, e in pending])
     finally:
+        if spec_batch is not None:
+            if ctx.n_past > len(history):
+                ctx.kv_seq_rm(0, len(history), -1)  # guesses never verified
+            spec_batch.close()
         detok.close()
         sampler.close()
     yield ("done", finish)

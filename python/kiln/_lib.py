@@ -238,6 +238,8 @@ _PROTOTYPES = {
     "kiln_sampler_create": (c_status, [c_int32, POINTER(kiln_sampler_params), POINTER(sampler_p)]),
     "kiln_sampler_destroy": (None, [sampler_p]),
     "kiln_sampler_sample": (c_status, [sampler_p, POINTER(c_float), POINTER(c_int32)]),
+    "kiln_sampler_sample_draft": (c_status, [sampler_p, POINTER(c_float), c_int32, POINTER(c_int32)]),
+    "kiln_spec_lookup": (c_int32, [POINTER(c_int32), c_int32, c_int32, c_int32, c_int32, POINTER(c_int32)]),
     "kiln_sampler_accept": (None, [sampler_p, c_int32]),
     "kiln_sampler_set_grammar": (c_status, [sampler_p, matcher_p]),
     # Grammars

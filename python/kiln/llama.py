@@ -26,6 +26,7 @@ import numpy as np
 from . import _generate
 from .chat import ChatTemplate
 from .errors import UnsupportedError
+from .llama_speculative import LlamaDraftModel
 from .grammar import GrammarMatcher, GrammarVocab, LlamaGrammar, response_format_grammar
 from .model import Context, Model
 
@@ -95,6 +96,7 @@ class Llama:
         verbose: bool = True,
         devices: Optional[str] = None,
         n_gpu_layers: int = 0,
+        draft_model: Optional[LlamaDraftModel] = None,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[Model] = None
@@ -102,6 +104,7 @@ class Llama:
         self.model_path = model_path
         self.verbose = verbose
         self.last_n_tokens_size = last_n_tokens_size
+        self.draft_model = draft_model  # guesses verified in one batch (kiln.llama_speculative)
         if kwargs and verbose:
             names = ", ".join(sorted(kwargs))
             warnings.warn(f"kiln.Llama ignores these llama-cpp-python arguments: {names}", stacklevel=2)
@@ -424,6 +427,7 @@ class Llama:
             prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop=[s.encode("utf-8") for s in stops if s],
             stop_tokens=self._eog, strip_leading_space=(prompt_text == ""), logprobs=logprobs, sampling=sampling,
             grammar=GrammarMatcher(grammar, self._grammar_vocab()) if grammar is not None else None,
+            draft_model=self.draft_model, n_batch=self.n_batch,
         )
         return self._stream(req, prompt_text, echo, model_name)
 

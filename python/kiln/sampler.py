@@ -73,6 +73,18 @@ class Sampler(Handle):
         check(lib.kiln_sampler_sample(self._h(), row.ctypes.data_as(POINTER(c_float)), byref(out)), "sample")
         return int(out.value)
 
+    def sample_draft(self, logits: Any, draft: int) -> int:
+        """As sample(), and distributed the same, but returning draft whenever it can (with the
+        probability the distribution gives it; greedy: exactly when it is the argmax). Speculative
+        decoding keeps a guessed token when this returns it (kiln_sampler_sample_draft)."""
+        row = np.ascontiguousarray(logits, dtype=np.float32)
+        if row.ndim != 1 or row.shape[0] != self.n_vocab:
+            raise ValueError(f"logits must be {self.n_vocab} floats, not shape {row.shape}")
+        out = c_int32()
+        check(lib.kiln_sampler_sample_draft(self._h(), row.ctypes.data_as(POINTER(c_float)), int(draft), byref(out)),
+              "sample")
+        return int(out.value)
+
     def set_grammar(self, matcher: Any) -> None:
         """Constrain sampling by a kiln.grammar.GrammarMatcher (None removes it): sample() then picks only
         tokens the grammar allows and advances the matcher by the token it returns."""

@@ -1,28 +1,51 @@
 /*
- * spec.c - greedy speculative decoding of sequence 0 of a context (kiln_spec_*): cheap guesses of the next
- * tokens, checked all at once by one batch of the target model, so that one pass over the target's
- * weights can produce several tokens.
+ * spec.c - speculative decoding of sequence 0 of a context (kiln_spec_*): cheap guesses of the next tokens,
+ * checked all at once by one batch of the target model, so that one pass over the target's weights can
+ * produce several tokens.
  *
  * A step starts from a history whose last token has been chosen but not decoded. The drafter guesses up to
- * n_draft tokens after it: prompt lookup finds the latest earlier occurrence of the history's last n
- * tokens (n from ngram_max down to ngram_min) and proposes what followed it; a draft model decodes its own
- * greedy continuation in its own context (kept in step with the history, rolled back with kiln_kv_seq_rm).
- * The target decodes [last, d1 .. dk] in one batch with logits for every token; row i's argmax is what
- * greedy decoding would choose after d1 .. di, so the step keeps argmax(row 0), and argmax(row i) for as
- * long as each d_i equalled the argmax before it, and forgets the cells of the rejected drafts. The tokens
- * are greedy decoding's by construction. How many tokens a step guesses adapts to how the guesses fare:
- * the cap halves (down to 1) after a step whose guesses were all rejected and doubles (up to n_draft)
- * after one whose guesses were all accepted, so that a drafter that keeps missing costs little more than
- * plain decoding. Only the logits of a many-token batch may differ from a one-token step's in the last
- * bits (docs/runtime.md), so a near tie can in principle go the other way.
+ * k tokens after it: prompt lookup finds the latest earlier occurrence of the history's last n tokens (n
+ * from ngram_max down to ngram_min) and proposes what followed it; a draft model decodes its own greedy
+ * continuation in its own context (kept in step with the history, rolled back with kiln_kv_seq_rm). The
+ * target decodes [last, d1 .. dk] in one batch with logits for every token; row i is the target's
+ * distribution after d1 .. di. Verification walks the rows in order:
+ *   - greedy (no sampler): keep argmax(row i); go on while d_{i+1} equalled it;
+ *   - with a sampler, p = the distribution kiln_sampler_sample would draw from for row i. A guess is a
+ *     point mass (both drafters guess deterministically), so the standard speculative sampling rule
+ *     (Leviathan et al. 2023, Chen et al. 2023: accept x with probability min(1, p(x)/q(x)), else draw
+ *     from norm(max(0, p - q))) becomes: accept d_{i+1} with probability p(d_{i+1}); else draw from p
+ *     without d_{i+1}, renormalized, and stop. kiln_sampler_sample_draft is that draw. After k accepted
+ *     guesses the last row gives one more token by a plain draw. Each emitted token is thereby
+ *     distributed as p given the tokens before it, exactly as plain sampling (tests/test_spec.c checks
+ *     it by chi-square); a grammar on the sampler sees only the tokens kept, so it needs no rollback.
+ * The cells of rejected guesses are forgotten.
+ *
+ * How many tokens to guess (k) is a cost decision. A batch's cost grows with its token bucket (kiln__bucket:
+ * powers of two), so k + 1 is kept to a bucket size (k = 0, 1, 3, 7, ...) or to exactly what the
+ * drafter found. With per-guess acceptance a (decayed counts of accepted guesses and of rejections), a
+ * step of k guesses yields 1 + a + .. + a^k tokens on average; its cost is the measured time of the
+ * bucket (a decayed mean per bucket; a bucket not measured yet is estimated from its neighbours at +50%
+ * per doubling) plus k draft-model tokens. The step takes the k of most tokens per second, 0 (a plain
+ * one-token step) included, so a drafter that keeps missing costs almost nothing. Prompt lookup learns
+ * from 0-guess steps too (was its first guess the token chosen?); a draft model's evidence decays while it
+ * is not used, and once it is nearly gone (about 22 steps) a step probes with one guess. params.fixed
+ * turns this off (always as many guesses as the drafter has, up to n_draft). Which k is chosen never
+ * changes greedy tokens; only a near tie can differ, since a many-token batch's logits can differ from a
+ * one-token step's in the last bits (docs/runtime.md).
  */
 #include "runtime/context.h"
 
 #include "core/core.h"
 
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DRAFT 64
+#define N_BUCKETS 8    /* batches of 1, 2, 4 .. 128 tokens: n_draft + 1 <= 65 */
+#define DECAY 0.9      /* weight of the past in the acceptance counts, per step */
+#define COST_DECAY 0.8 /* and in the mean cost of a bucket, per batch of that bucket */
+#define PROBE_EVIDENCE 0.1 /* a draft model unused until its counts decay below this (~22 steps) probes */
 
 struct kiln_spec {
     kiln_ctx *target;
@@ -30,9 +53,11 @@ struct kiln_spec {
     int32_t *draft_toks; /* [n_ctx of the draft] the tokens in the draft's sequence 0 */
     int32_t n_draft_toks;
     kiln_spec_params p;
-    int32_t cap;      /* tokens the next step may guess: adapts between 1 and n_draft */
     kiln_batch batch; /* [n_draft + 1] */
     kiln_spec_stats stats;
+    double cost[N_BUCKETS]; /* mean seconds of a target batch of bucket 2^i; 0: not measured yet */
+    double draft_cost;      /* mean seconds of one draft-model token; 0: not measured yet */
+    double hits, misses;    /* decayed counts: guesses accepted, guess runs ended by a rejection */
 };
 
 kiln_spec_params kiln_spec_params_default(void) {
@@ -90,7 +115,6 @@ kiln_status kiln_spec_create(kiln_ctx *target, const kiln_spec_params *params, k
     sp->target = target;
     sp->draft = p.draft;
     sp->p = p;
-    sp->cap = p.n_draft;
     if ((s = kiln_batch_init(p.n_draft + 1, &sp->batch)) ||
         (p.draft && !(sp->draft_toks = kiln__alloc_array((size_t)p.draft->n_ctx, sizeof(int32_t))))) {
         kiln_spec_destroy(sp);
@@ -112,14 +136,15 @@ void kiln_spec_get_stats(const kiln_spec *sp, kiln_spec_stats *out) {
     if (sp && out) *out = sp->stats;
 }
 
-/* Prompt lookup: the continuation of the latest earlier occurrence of the history's last n tokens. */
-static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, int32_t k, int32_t *d) {
-    for (int32_t g = KILN__MIN(sp->p.ngram_max, n - 1); g >= sp->p.ngram_min; g--) {
+int32_t kiln_spec_lookup(const int32_t *h, int32_t n, int32_t ngram_min, int32_t ngram_max, int32_t max,
+                         int32_t *d) {
+    if (!h || !d || n < 2 || max < 1 || ngram_min < 1) return 0;
+    for (int32_t g = KILN__MIN(ngram_max, n - 1); g >= ngram_min; g--) {
         const int32_t *tail = h + n - g;
         for (int32_t j = n - g - 1; j >= 0; j--) {
             int32_t m = 0;
             if (memcmp(h + j, tail, (size_t)g * sizeof *h) != 0) continue;
-            while (m < k && j + g + m < n) {
+            while (m < max && j + g + m < n) {
                 d[m] = h[j + g + m];
                 m++;
             }
@@ -127,6 +152,11 @@ static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, in
         }
     }
     return 0;
+}
+
+/* Prompt lookup with the decoder's n-gram sizes. */
+static int32_t draft_lookup(const kiln_spec *sp, const int32_t *h, int32_t n, int32_t k, int32_t *d) {
+    return kiln_spec_lookup(h, n, sp->p.ngram_min, sp->p.ngram_max, k, d);
 }
 
 /* A draft model: bring its sequence 0 to the history, then decode its greedy continuation of k tokens. */
@@ -156,45 +186,139 @@ static kiln_status draft_model(kiln_spec *sp, const int32_t *h, int32_t n, int32
     return KILN_OK;
 }
 
-kiln_status kiln_spec_step(kiln_spec *sp, const int32_t *history, int32_t n, int32_t max_out, int32_t *out,
-                           int32_t *n_out) {
-    kiln_ctx *c;
-    int32_t d[MAX_DRAFT], k, p0, V, m = 0;
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int32_t bucket_index(int32_t n_tokens) {
+    int32_t i = 0;
+    while ((1 << i) < n_tokens)
+        i++;
+    return i;
+}
+
+/* The cost of a target batch of bucket index i: measured, else from the nearest measured bucket at 1.5x
+ * per doubling, else in units of an unmeasured one-token step. */
+static double batch_cost(const kiln_spec *sp, int32_t i) {
+    if (sp->cost[i] > 0) return sp->cost[i];
+    for (int32_t d = 1; d < N_BUCKETS; d++) {
+        if (i - d >= 0 && sp->cost[i - d] > 0) return sp->cost[i - d] * pow(1.5, d);
+        if (i + d < N_BUCKETS && sp->cost[i + d] > 0) return sp->cost[i + d] / pow(1.5, d);
+    }
+    return pow(1.5, i);
+}
+
+/* Expected tokens per second of a step with k guesses at per-guess acceptance a. */
+static double rate(const kiln_spec *sp, int32_t k, double a) {
+    double tokens = a >= 1 ? k + 1 : (1 - pow(a, k + 1)) / (1 - a);
+    double draft = sp->draft ? k * (sp->draft_cost > 0 ? sp->draft_cost : 0.1 * batch_cost(sp, 0)) : 0;
+    return tokens / (batch_cost(sp, bucket_index(k + 1)) + draft);
+}
+
+/* The best number of guesses among 0, the bucket-filling counts 1, 3, 7 .. below max_k, and max_k. */
+static int32_t choose_k(const kiln_spec *sp, int32_t max_k) {
+    double a = (sp->hits + 1) / (sp->hits + sp->misses + 2), best_rate;
+    int32_t best = 0;
+    if (sp->p.fixed || max_k <= 0) return KILN__MAX(max_k, 0);
+    best_rate = rate(sp, 0, a);
+    for (int32_t k = 1;; k = 2 * k + 1) {
+        int32_t kk = KILN__MIN(k, max_k);
+        double r = rate(sp, kk, a);
+        if (r > best_rate) best = kk, best_rate = r;
+        if (kk == max_k) break;
+    }
+    return best;
+}
+
+static void learn_cost(double *mean, double seconds) {
+    *mean = *mean > 0 ? COST_DECAY * *mean + (1 - COST_DECAY) * seconds : seconds;
+}
+
+/* Row m's token, and whether it is the guess d[m] (never for m == k, where there is no guess). */
+static kiln_status verify_row(kiln_spec *sp, kiln_sampler *smp, const float *row, const int32_t *d, int32_t m,
+                              int32_t k, int32_t *tok, bool *accepted) {
     kiln_status s;
+    if (!smp) *tok = argmax(row, sp->target->model->hp.n_vocab);
+    else if ((s = m < k ? kiln_sampler_sample_draft(smp, row, d[m], tok) : kiln_sampler_sample(smp, row, tok)))
+        return s;
+    if (smp) kiln_sampler_accept(smp, *tok);
+    *accepted = m < k && *tok == d[m];
+    return KILN_OK;
+}
+
+static kiln_status check_step(kiln_spec *sp, const int32_t *history, int32_t n, int32_t max_out,
+                              const int32_t *out, const int32_t *n_out) {
+    int32_t p0;
     if (!sp || !history || !out || !n_out || n < 1 || max_out < 1)
         return kiln__error(KILN_E_INVALID_ARG, "kiln_spec_step: NULL argument, empty history or max_out < 1");
-    c = sp->target;
-    V = c->model->hp.n_vocab;
-    p0 = kiln__kv_seq_pos_max(&c->cells, 0) + 1;
+    p0 = kiln__kv_seq_pos_max(&sp->target->cells, 0) + 1;
     if (p0 != n - 1)
         return kiln__error(
             KILN_E_INVALID_ARG,
             "kiln_spec_step: the cache holds %d tokens of sequence 0, the history %d (expected one "
             "more: its last token, chosen but not decoded)",
             p0, n);
-    k = KILN__MIN(sp->cap, max_out - 1);
-    k = KILN__MIN(k, c->n_ctx - c->cells.n_used - 1);
-    if (k < 0) return kiln__error(KILN_E_CONTEXT_FULL, "kiln_spec_step: the context is full");
-    if (k > 0) {
-        if (sp->draft && (s = draft_model(sp, history, n, k, d, &k))) return s;
-        if (!sp->draft) k = draft_lookup(sp, history, n, k, d);
+    if (sp->target->n_ctx - sp->target->cells.n_used < 1)
+        return kiln__error(KILN_E_CONTEXT_FULL, "kiln_spec_step: the context is full");
+    return KILN_OK;
+}
+
+/* The guesses d[0..*k) for this step, at most max_k. */
+static kiln_status propose(kiln_spec *sp, const int32_t *history, int32_t n, int32_t max_k, int32_t *d,
+                           int32_t *k) {
+    kiln_status s;
+    double t0;
+    *k = 0;
+    if (max_k <= 0) return KILN_OK;
+    if (!sp->draft) {
+        *k = choose_k(sp, draft_lookup(sp, history, n, max_k, d));
+        return KILN_OK;
     }
+    if ((max_k = choose_k(sp, max_k)) == 0) {
+        if (sp->hits + sp->misses >= PROBE_EVIDENCE) return KILN_OK;
+        max_k = 1; /* the evidence has decayed: probe with one guess */
+    }
+    t0 = now_seconds();
+    if ((s = draft_model(sp, history, n, max_k, d, k))) return s;
+    if (*k > 0) learn_cost(&sp->draft_cost, (now_seconds() - t0) / *k);
+    return KILN_OK;
+}
+
+kiln_status kiln_spec_step(kiln_spec *sp, kiln_sampler *sampler, const int32_t *history, int32_t n,
+                           int32_t max_out, int32_t *out, int32_t *n_out) {
+    kiln_ctx *c;
+    int32_t d[MAX_DRAFT], k, p0, V, m = 0, lookup_guess = -1;
+    kiln_status s;
+    bool accepted = true;
+    double t0;
+    if ((s = check_step(sp, history, n, max_out, out, n_out))) return s;
+    c = sp->target;
+    V = c->model->hp.n_vocab;
+    p0 = n - 1;
+    k = KILN__MIN(sp->p.n_draft, max_out - 1);
+    k = KILN__MIN(k, c->n_ctx - c->cells.n_used - 1);
+    if ((s = propose(sp, history, n, k, d, &k))) return s;
+    if (k == 0 && !sp->draft && !sp->p.fixed && draft_lookup(sp, history, n, 1, d) == 1) lookup_guess = d[0];
     kiln_batch_clear(&sp->batch);
     kiln_batch_add(&sp->batch, history[n - 1], p0, 0, true);
     for (int32_t i = 0; i < k; i++)
         kiln_batch_add(&sp->batch, d[i], p0 + 1 + i, 0, true);
+    t0 = now_seconds();
     if ((s = kiln_ctx_decode_batch(c, &sp->batch))) return s;
-    /* Row i follows d1 .. di: keep its choice, and go on while the draft guessed it. */
-    for (;;) {
-        out[m] = argmax(c->logits + (size_t)m * (size_t)V, V);
-        if (m == k || out[m] != d[m]) break;
-        m++;
+    learn_cost(&sp->cost[bucket_index(k + 1)], now_seconds() - t0);
+    /* Row m follows d1 .. dm: take its token, and go on while it was the guess. */
+    while (accepted) {
+        if ((s = verify_row(sp, sampler, c->logits + (size_t)m * (size_t)V, d, m, k, &out[m], &accepted)))
+            return s;
+        m += accepted;
     }
     *n_out = m + 1;
     /* The cells of d_{m+1} .. d_k saw a wrong prefix. */
     if (m < k) kiln__kv_seq_rm(&c->cells, 0, p0 + 1 + m, INT32_MAX);
-    if (k > 0 && m == 0) sp->cap = KILN__MAX(1, sp->cap / 2);
-    if (k > 0 && m == k) sp->cap = KILN__MIN(sp->p.n_draft, sp->cap * 2);
+    sp->hits = DECAY * sp->hits + m + (lookup_guess >= 0 && lookup_guess == out[0]);
+    sp->misses = DECAY * sp->misses + (m < k || (lookup_guess >= 0 && lookup_guess != out[0]));
     sp->stats.steps++;
     sp->stats.drafted += k;
     sp->stats.accepted += m;

@@ -11,6 +11,12 @@
  *   6. temperature: divide what is left by it, renormalize, and draw with the seeded xoshiro256**.
  * Steps 3-5 keep at least one token and decide on the untempered probabilities, as llama.cpp does.
  *
+ * kiln_sampler_sample_draft is the same draw made to agree with a guessed token as often as it can:
+ * with p the distribution of step 6 (a point mass when greedy), the guess with probability p(guess),
+ * else a draw from p without the guess, renormalized. Its result is distributed exactly as p, so a
+ * speculative decoder (src/runtime/spec.c) keeps the sampler's distribution by accepting a guess when the
+ * draw returns it (the rule of Leviathan et al. and Chen et al. 2023 for a guess of probability one).
+ *
  * With a grammar matcher set (kiln_sampler_set_grammar), the tokens it does not allow get -inf before
  * step 1, the draw happens among the allowed ones only (the lowest allowed id when all their logits are
  * -inf), and the matcher is advanced by the token returned.
@@ -37,6 +43,7 @@ struct kiln_sampler {
     kiln__rng rng;
     candidate *cands;  /* (n_vocab) working logits, later a max-heap */
     candidate *sorted; /* (n_vocab) candidates taken from the heap, best first */
+    double *dist_w;    /* (n_vocab) step 6's weights of the survivors */
     uint32_t *seen;    /* (n_vocab) stamp of the last sample that penalized each token */
     uint32_t stamp;
     int32_t *history; /* (repeat_last_n) ring of accepted tokens */
@@ -86,9 +93,10 @@ kiln_status kiln_sampler_create(int32_t n_vocab, const kiln_sampler_params *para
     s->params = *params;
     s->cands = kiln__alloc_array((size_t)n_vocab, sizeof *s->cands);
     s->sorted = kiln__alloc_array((size_t)n_vocab, sizeof *s->sorted);
+    s->dist_w = kiln__alloc_array((size_t)n_vocab, sizeof *s->dist_w);
     s->seen = kiln__calloc((size_t)n_vocab, sizeof *s->seen);
     s->history = kiln__alloc_array((size_t)params->repeat_last_n, sizeof *s->history);
-    if (!s->cands || !s->sorted || !s->seen || !s->history) {
+    if (!s->cands || !s->sorted || !s->dist_w || !s->seen || !s->history) {
         kiln_sampler_destroy(s);
         return kiln__nomem("the sampler scratch");
     }
@@ -101,6 +109,7 @@ void kiln_sampler_destroy(kiln_sampler *sampler) {
     if (!sampler) return;
     kiln__dealloc(sampler->cands);
     kiln__dealloc(sampler->sorted);
+    kiln__dealloc(sampler->dist_w);
     kiln__dealloc(sampler->seen);
     kiln__dealloc(sampler->history);
     kiln__dealloc(sampler);
@@ -236,27 +245,46 @@ static int32_t truncate_candidates(kiln_sampler *s, double max) {
     return limit;
 }
 
-/* Step 6: draw from softmax(logit / temperature) over c[0..n). */
-static int32_t draw(kiln_sampler *s, const candidate *c, int32_t n, double max) {
+/* Step 6's distribution, softmax(logit / temperature) over c[0..n): the weights into dist_w, their sum
+ * added in the order the draw adds them. */
+static double weigh(kiln_sampler *s, const candidate *c, int32_t n, double max) {
     double inv_t = 1.0 / (double)s->params.temperature, total = 0;
-    for (int32_t i = 0; i < n; i++)
-        total += exp(((double)c[i].logit - max) * inv_t);
-    double u = kiln__rng_uniform(&s->rng) * total, cum = 0;
-    int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
-        double w = exp(((double)c[i].logit - max) * inv_t);
-        if (w <= 0) continue;
-        cum += w;
+        s->dist_w[i] = exp(((double)c[i].logit - max) * inv_t);
+        total += s->dist_w[i];
+    }
+    return total;
+}
+
+/* Draw from the weights w of c[0..n) (sum total), leaving out token skip (-1: none) and renormalizing. */
+static int32_t draw(kiln_sampler *s, const candidate *c, int32_t n, double total, int32_t skip) {
+    const double *w = s->dist_w;
+    double cum = 0, u;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n && skip >= 0; i++)
+        if (c[i].id == skip) total -= w[i];
+    u = kiln__rng_uniform(&s->rng) * total;
+    for (int32_t i = 0; i < n; i++) {
+        if (w[i] <= 0 || c[i].id == skip) continue;
+        cum += w[i];
         last = i;
         if (u < cum) return c[i].id;
     }
-    return c[last].id; /* rounding left u at the very top */
+    return c[last >= 0 ? last : 0].id; /* rounding left u at the very top */
 }
 
-kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out) {
-    if (!sampler || !logits || !token_out)
-        return kiln__error(KILN_E_INVALID_ARG, "kiln_sampler_sample: sampler, logits or token_out is NULL");
-    kiln_sampler *s = sampler;
+/* A draw that is the draft whenever it can be: with p the distribution, the draft with probability
+ * p(draft), otherwise a draw from p without the draft. The result is distributed as p. */
+static int32_t draw_preferring(kiln_sampler *s, const candidate *c, int32_t n, double total, int32_t draft) {
+    double w = 0;
+    if (draft < 0) return draw(s, c, n, total, -1);
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].id == draft) w = s->dist_w[i];
+    if (kiln__rng_uniform(&s->rng) * total < w) return draft;
+    return draw(s, c, n, total, draft);
+}
+
+static kiln_status sample(kiln_sampler *s, const float *logits, int32_t draft, int32_t *token_out) {
     load_logits(s, logits);
     apply_penalty(s);
     int32_t first_allowed = -1;
@@ -270,11 +298,25 @@ kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int3
     }
     const kiln_sampler_params *p = &s->params;
     bool truncating = (p->top_k > 0 && p->top_k < s->n_vocab) || p->top_p < 1.0f || p->min_p > 0.0f;
-    if (truncating) {
-        int32_t kept = truncate_candidates(s, max);
-        *token_out = draw(s, s->sorted, kept, max);
-    } else {
-        *token_out = draw(s, s->cands, s->n_vocab, max);
-    }
+    const candidate *c = truncating ? s->sorted : s->cands;
+    int32_t n = truncating ? truncate_candidates(s, max) : s->n_vocab;
+    *token_out = draw_preferring(s, c, n, weigh(s, c, n, max), draft);
     return s->grammar ? kiln_grammar_matcher_accept(s->grammar, *token_out) : KILN_OK;
+}
+
+kiln_status kiln_sampler_sample(kiln_sampler *sampler, const float *logits, int32_t *token_out) {
+    if (!sampler || !logits || !token_out)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_sampler_sample: sampler, logits or token_out is NULL");
+    return sample(sampler, logits, -1, token_out);
+}
+
+kiln_status kiln_sampler_sample_draft(kiln_sampler *sampler, const float *logits, int32_t draft,
+                                      int32_t *token_out) {
+    if (!sampler || !logits || !token_out)
+        return kiln__error(KILN_E_INVALID_ARG,
+                           "kiln_sampler_sample_draft: sampler, logits or token_out is NULL");
+    if (draft < 0 || draft >= sampler->n_vocab)
+        return kiln__error(KILN_E_INVALID_ARG, "kiln_sampler_sample_draft: draft %d is not a token of the %d",
+                           draft, sampler->n_vocab);
+    return sample(sampler, logits, draft, token_out);
 }

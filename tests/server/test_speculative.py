@@ -1,0 +1,55 @@
+"""
+Prompt-lookup speculation in `kiln serve --lookup --draft-max 8`: greedy answers do not change. Requests
+whose prompts repeat themselves (so their choices guess a lot) and requests that do not are sent at once
+and share the engine's batches; each answer equals what `kiln run --temp 0` prints for its prompt alone,
+plain and streamed, and with the official openai client. A sampled request gets a sampled answer of the
+asked length (the distribution itself is tested in tests/test_spec.c). After the requests the server's
+cache holds no guessed cell (kv cells in use drop back to what the prefix cache keeps).
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+
+from conftest import kiln_run
+
+REPEAT = "Lily was sad and didn't know what to do. Lily was sad and didn't know what to do. Lily was sad"
+PROMPTS = [REPEAT, "The cat", REPEAT + " and", "One day, a little bird", REPEAT + ". She", "Mia had a red ball"]
+N = 48
+
+
+@pytest.fixture(scope="module")
+def spec_client(start_server):
+    s = start_server("lookup", args=("--lookup", "--draft-max", "8", "-np", "4"))
+    return openai.OpenAI(base_url=s.v1, api_key="no-key", timeout=60, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {p: kiln_run(p, N) for p in PROMPTS}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_concurrent_greedy_requests_with_lookup_match_kiln_run_alone(spec_client, references, stream):
+    model_id = spec_client.models.list().data[0].id
+
+    def one(prompt):
+        if not stream:
+            return spec_client.completions.create(model=model_id, prompt=prompt, max_tokens=N,
+                                                  temperature=0).choices[0].text
+        chunks = spec_client.completions.create(model=model_id, prompt=prompt, max_tokens=N, temperature=0,
+                                                stream=True)
+        return "".join(ch.choices[0].text for ch in chunks if ch.choices)
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        got = dict(zip(PROMPTS, pool.map(one, PROMPTS)))
+    for prompt in PROMPTS:
+        assert got[prompt] == references[prompt], f"prompt {prompt!r}"
+
+
+def test_a_sampled_request_with_lookup_gives_its_length(spec_client):
+    model_id = spec_client.models.list().data[0].id
+    r = spec_client.completions.create(model=model_id, prompt=REPEAT, max_tokens=N, temperature=0.8, seed=3)
+    assert r.usage.completion_tokens <= N and r.choices[0].text
+    if r.choices[0].finish_reason == "length":
+        assert r.usage.completion_tokens == N
