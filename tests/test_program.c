@@ -137,87 +137,98 @@ static void run_and_check(kiln_program *p, const mlp *m, int32_t n, uint32_t see
                      n, worst);
 }
 
-static void a_program_on_an_engine_of_its_own_computes_an_mlp_at_every_batch_size(void) {
+/* The fixture every test starts from: an MLP, an engine of its own and a program over them (NULL after a
+ * failed check: the test then returns). */
+typedef struct fixture {
     mlp m;
-    kiln_engine *e = engine_alone();
-    kiln_program *p = NULL;
-    mlp_init(&m);
-    kiln_program_def d = mlp_def(&m, 0);
-    if (!e) return;
-    CHECK_OK(kiln__program_create(e, &d, &p));
-    for (int32_t n = 1; n <= MAX_N && p; n++)
-        run_and_check(p, &m, n, 100u + (uint32_t)n);
-    CHECK(m.builds == MAX_N);
-    kiln__program_destroy(p);
-    kiln__engine_destroy(e);
+    kiln_engine *e;
+    kiln_program *p;
+} fixture;
+
+static bool start(fixture *f, int32_t n_plans, int64_t fail_key) {
+    mlp_init(&f->m);
+    f->m.fail_key = fail_key;
+    f->p = NULL;
+    f->e = engine_alone();
+    kiln_program_def d = mlp_def(&f->m, n_plans);
+    if (f->e) CHECK_OK(kiln__program_create(f->e, &d, &f->p));
+    return f->p != NULL;
+}
+
+static void finish(fixture *f) {
+    kiln__program_destroy(f->p);
+    kiln__engine_destroy(f->e);
+}
+
+static void a_program_on_an_engine_of_its_own_computes_an_mlp_at_every_batch_size(void) {
+    fixture f;
+    if (!start(&f, 0, 0)) {
+        finish(&f);
+        return;
+    }
+    for (int32_t n = 1; n <= MAX_N; n++)
+        run_and_check(f.p, &f.m, n, 100u + (uint32_t)n);
+    CHECK(f.m.builds == MAX_N);
+    finish(&f);
 }
 
 static void plans_are_kept_per_key_and_a_warmed_up_run_allocates_nothing(void) {
-    mlp m;
-    kiln_engine *e = engine_alone();
-    kiln_program *p = NULL;
-    mlp_init(&m);
-    kiln_program_def d = mlp_def(&m, 0);
-    if (!e) return;
-    CHECK_OK(kiln__program_create(e, &d, &p));
-    if (!p) return;
-    run_and_check(p, &m, 3, 1);
-    run_and_check(p, &m, 8, 2);
-    CHECK(m.builds == 2);
+    fixture f;
+    if (!start(&f, 0, 0)) {
+        finish(&f);
+        return;
+    }
+    kiln_program *p = f.p;
+    mlp *m = &f.m;
+    run_and_check(p, m, 3, 1);
+    run_and_check(p, m, 8, 2);
+    CHECK(m->builds == 2);
     harness_count_allocations();
     harness_zero_allocations();
     for (int i = 0; i < 4; i++)
-        run_and_check(p, &m, i % 2 ? 3 : 8, 3u + (uint32_t)i);
+        run_and_check(p, m, i % 2 ? 3 : 8, 3u + (uint32_t)i);
     if (!(harness_allocations() == 0))
         harness_fail(__FILE__, __LINE__, "%ld allocations in warmed-up runs", harness_allocations());
     kiln_set_allocator(NULL);
-    CHECK(m.builds == 2 && kiln__program_compiles(p) == 2);
+    CHECK(m->builds == 2 && kiln__program_compiles(p) == 2);
     CHECK(kiln__program_last(p) != NULL && kiln__program_last(p)->key[0] == 3);
-    kiln__program_destroy(p);
-    kiln__engine_destroy(e);
+    finish(&f);
 }
 
 static void a_full_cache_replaces_its_least_recently_used_plan(void) {
-    mlp m;
-    kiln_engine *e = engine_alone();
-    kiln_program *p = NULL;
-    mlp_init(&m);
-    kiln_program_def d = mlp_def(&m, 2);
-    if (!e) return;
-    CHECK_OK(kiln__program_create(e, &d, &p));
-    if (!p) return;
-    run_and_check(p, &m, 1, 1); /* builds 1 */
-    run_and_check(p, &m, 2, 2); /* builds 2 */
-    run_and_check(p, &m, 1, 3); /* cached; 2 is now the older */
-    run_and_check(p, &m, 4, 4); /* builds 3, replacing 2 */
-    CHECK(m.builds == 3);
-    run_and_check(p, &m, 1, 5); /* still cached */
-    CHECK(m.builds == 3);
-    run_and_check(p, &m, 2, 6); /* was replaced: built again */
-    CHECK(m.builds == 4);
-    kiln__program_destroy(p);
-    kiln__engine_destroy(e);
+    fixture f;
+    if (!start(&f, 2, 0)) {
+        finish(&f);
+        return;
+    }
+    kiln_program *p = f.p;
+    mlp *m = &f.m;
+    run_and_check(p, m, 1, 1); /* builds 1 */
+    run_and_check(p, m, 2, 2); /* builds 2 */
+    run_and_check(p, m, 1, 3); /* cached; 2 is now the older */
+    run_and_check(p, m, 4, 4); /* builds 3, replacing 2 */
+    CHECK(m->builds == 3);
+    run_and_check(p, m, 1, 5); /* still cached */
+    CHECK(m->builds == 3);
+    run_and_check(p, m, 2, 6); /* was replaced: built again */
+    CHECK(m->builds == 4);
+    finish(&f);
 }
 
 static void a_failing_build_is_a_named_error_and_keeps_the_cached_plans(void) {
-    mlp m;
-    kiln_engine *e = engine_alone();
-    kiln_program *p = NULL;
+    fixture f;
     kiln_program_plan *plan = NULL;
-    mlp_init(&m);
-    m.fail_key = 5;
-    kiln_program_def d = mlp_def(&m, 1);
-    if (!e) return;
-    CHECK_OK(kiln__program_create(e, &d, &p));
-    if (!p) return;
-    run_and_check(p, &m, 2, 1);
-    CHECK_STATUS(kiln__program_plan(p, (const int64_t[1]){5}, &plan), KILN_E_UNSUPPORTED);
+    if (!start(&f, 1, 5)) {
+        finish(&f);
+        return;
+    }
+    run_and_check(f.p, &f.m, 2, 1);
+    CHECK_STATUS(kiln__program_plan(f.p, (const int64_t[1]){5}, &plan), KILN_E_UNSUPPORTED);
     CHECK_ERROR_MENTIONS("refuses batch 5");
-    CHECK(m.builds == 2);
-    run_and_check(p, &m, 2, 2); /* the one slot still holds batch 2's plan */
-    CHECK(m.builds == 2);
-    kiln__program_destroy(p);
-    kiln__engine_destroy(e);
+    CHECK(f.m.builds == 2);
+    run_and_check(f.p, &f.m, 2, 2); /* the one slot still holds batch 2's plan */
+    CHECK(f.m.builds == 2);
+    finish(&f);
 }
 
 static void malformed_definitions_and_engines_are_refused_by_name(void) {
