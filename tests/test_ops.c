@@ -655,6 +655,7 @@ static double unary_ref(int fn, double x) {
     case KILN_UNARY_LOG: return log(x);
     case KILN_UNARY_NEG: return -x;
     case KILN_UNARY_RECIP: return 1.0 / x;
+    case KILN_UNARY_NOT: return x == 0.0 ? 1.0 : 0.0;
     default: return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); /* KILN_UNARY_GELU_ERF */
     }
 }
@@ -689,6 +690,7 @@ static void sub_div_and_unary_functions_match_libm(void) {
             c.a[i] *= 4.0f;
             if (fn == KILN_UNARY_SQRT || fn == KILN_UNARY_LOG) c.a[i] = fabsf(c.a[i]) + 1e-3f;
             if (fn == KILN_UNARY_RECIP) c.a[i] = c.b[i];
+            if (fn == KILN_UNARY_NOT && i % 3 == 0) c.a[i] = i % 2 ? -0.0f : 0.0f; /* both zeros are false */
         }
         c.op = 2 + fn;
         run_all_threads(build_onnx_elem, &c, out, (size_t)n);
@@ -697,7 +699,37 @@ static void sub_div_and_unary_functions_match_libm(void) {
     }
 }
 
+/* ---- where ---- */
+typedef struct where_case {
+    float cond[6 * 4 * 2], x[6], y[6 * 4 * 2];
+} where_case;
+
+static kiln_tensor *build_where(kiln_graph *g, void *user) {
+    where_case *c = user;
+    return kiln__where(g, leaf_f32(g, "cond", 3, 6, 4, 2, 1, c->cond), leaf_f32(g, "x", 1, 6, 1, 1, 1, c->x),
+                       leaf_f32(g, "y", 3, 6, 4, 2, 1, c->y));
+}
+
+/* where picks x (broadcast along rows) where the condition is non-zero (NaN counts as true, -0 as false),
+ * y elsewhere, exactly; -inf and NaN values pass through untouched. */
+static void where_picks_x_where_the_condition_holds_and_y_elsewhere(void) {
+    static where_case c;
+    static float out[48];
+    static double ref[48];
+    fill_random(c.x, 6, 41);
+    fill_random(c.y, 48, 42);
+    for (int i = 0; i < 48; i++) c.cond[i] = (float[]){0.0f, 1.0f, -0.0f, NAN, 0.5f}[i % 5];
+    c.x[2] = -INFINITY;
+    c.y[7] = NAN;
+    run_all_threads(build_where, &c, out, 48);
+    for (int i = 0; i < 48; i++) ref[i] = c.cond[i] != 0.0f ? c.x[i % 6] : c.y[i];
+    for (int i = 0; i < 48; i++)
+        if (!(out[i] == (float)ref[i] || (isnan(out[i]) && isnan(ref[i]))))
+            harness_fail(__FILE__, __LINE__, "where: element %d is %g, expected %g", i, out[i], ref[i]);
+}
+
 int main(void) {
+    RUN(where_picks_x_where_the_condition_holds_and_y_elsewhere);
     RUN(rms_norm_silu_and_softmax_match_the_reference);
     RUN(add_and_mul_broadcast_the_second_operand);
     RUN(matmul_matches_the_reference_for_every_weight_type);

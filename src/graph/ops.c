@@ -26,7 +26,7 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
     [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",           [KILN_OP_CAST] = "cast",
     [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
-    [KILN_OP_SUB] = "sub",           [KILN_OP_DIV] = "div",           [KILN_OP_UNARY] = "unary",
+    [KILN_OP_SUB] = "sub",           [KILN_OP_DIV] = "div",           [KILN_OP_UNARY] = "unary",          [KILN_OP_WHERE] = "where",
 };
 
 const char *kiln__op_name(kiln_op op) {
@@ -338,6 +338,13 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
     case KILN_OP_UNARY:
         if (t->ip[0] < 0 || t->ip[0] >= KILN_UNARY_COUNT) return bad(t, "unknown function", x, NULL);
         if ((s = need_f32(t, x))) return s;
+        shape_of(x, out);
+        return KILN_OK;
+    case KILN_OP_WHERE:
+        if ((s = need_f32(t, x)) || (s = need_f32(t, t->src[1])) || (s = need_f32(t, t->src[2]))) return s;
+        for (int d = 0; d < KILN_MAX_DIMS; d++)
+            if (x->ne[d] % t->src[1]->ne[d] != 0 || x->ne[d] % t->src[2]->ne[d] != 0)
+                return bad(t, "values do not broadcast to the condition", t->src[1], t->src[2]);
         shape_of(x, out);
         return KILN_OK;
     case KILN_OP_NONE:
@@ -742,6 +749,12 @@ kiln_tensor *kiln__div(kiln_graph *g, kiln_tensor *a, kiln_tensor *b) {
 
 kiln_tensor *kiln__unary(kiln_graph *g, kiln_tensor *x, int32_t fn) {
     return make_node(g, KILN_OP_UNARY, x, NULL, NULL, &fn, 1, NULL, 0);
+}
+
+kiln_tensor *kiln__where(kiln_graph *g, kiln_tensor *cond, kiln_tensor *x, kiln_tensor *y) {
+    NEED(x, KILN_OP_WHERE);
+    NEED(y, KILN_OP_WHERE);
+    return make_node(g, KILN_OP_WHERE, cond, x, y, NULL, 0, NULL, 0);
 }
 
 kiln_tensor *kiln__graph_node_like(kiln_graph *g, const kiln_tensor *proto) {

@@ -38,6 +38,7 @@ kiln_cpu_kernel kiln__cpu_kernel(kiln_op op) {
     case KILN_OP_SUB: return kiln__cpu_sub;
     case KILN_OP_DIV: return kiln__cpu_div;
     case KILN_OP_UNARY: return kiln__cpu_unary;
+    case KILN_OP_WHERE: return kiln__cpu_where;
     case KILN_OP_NONE:
     case KILN_OP_RESHAPE:
     case KILN_OP_VIEW:

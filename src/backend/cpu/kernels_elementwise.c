@@ -68,6 +68,26 @@ void kiln__cpu_mul(const kiln_cpu_args *a) { binary(a, KILN_OP_MUL); }
 void kiln__cpu_sub(const kiln_cpu_args *a) { binary(a, KILN_OP_SUB); }
 void kiln__cpu_div(const kiln_cpu_args *a) { binary(a, KILN_OP_DIV); }
 
+/* cond ? x : y, x and y broadcast to cond's shape (each dim equal or dividing, as in add). */
+void kiln__cpu_where(const kiln_cpu_args *a) {
+    const kiln_tensor *c = a->dst->src[0], *x = a->dst->src[1], *y = a->dst->src[2];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(c), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(c, r, &i1, &i2, &i3);
+        const char *cr = kiln__cpu_row(c, i1, i2, i3);
+        const char *xr = kiln__cpu_row(x, i1 % x->ne[1], i2 % x->ne[2], i3 % x->ne[3]);
+        const char *yr = kiln__cpu_row(y, i1 % y->ne[1], i2 % y->ne[2], i3 % y->ne[3]);
+        float *out = (float *)kiln__cpu_row(a->dst, i1, i2, i3);
+        for (int64_t i = 0; i < c->ne[0]; i++) {
+            float cv = *(const float *)(cr + i * (int64_t)c->nb[0]);
+            out[i] = cv != 0.0f ? *(const float *)(xr + (i % x->ne[0]) * (int64_t)x->nb[0])
+                                : *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);
+        }
+    }
+}
+
 void kiln__cpu_silu(const kiln_cpu_args *a) {
     const kiln_tensor *x = a->dst->src[0];
     int64_t r0, r1;
