@@ -8,7 +8,8 @@ for onnxruntime runs after changing its import:
 
 Underneath: kiln_onnx_load and a kiln_onnx_session (include/kiln.h, docs/onnx.md "What runs"). Shapes
 with dynamic dims (a symbolic batch) compile once per distinct shape and are kept. Inputs must have the
-model's element type (float32 today), as onnxruntime requires; a model or input Kiln cannot run raises
+model's element type (float32, int64, int32 or bool), as onnxruntime requires, and outputs come back in
+theirs; a model or input Kiln cannot run raises
 the KilnError subclass of its status with the library's message (node and operator, or the input and what
 differs). providers and provider options are accepted and ignored beyond the CPU; SessionOptions'
 intra_op_num_threads sets Kiln's threads.
@@ -36,6 +37,8 @@ _TYPE_NAMES = {1: "tensor(float)", 2: "tensor(uint8)", 3: "tensor(int8)", 4: "te
                16: "tensor(bfloat16)"}
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int32): 6,
            np.dtype(np.int64): 7, np.dtype(np.bool_): 9, np.dtype(np.float16): 10, np.dtype(np.float64): 11}
+
+_NUMPY = {code: dtype for dtype, code in _DTYPES.items()}
 
 
 class _dim(Structure):
@@ -192,7 +195,7 @@ class InferenceSession(Handle):
             i = names.index(n)
             info = _buffer()
             _lib.check(_lib.lib.kiln_onnx_session_output(self.handle, i, None, 0, ctypes.byref(info)))
-            y = np.empty(tuple(info.shape[j] for j in range(info.rank)), np.float32)
+            y = np.empty(tuple(info.shape[j] for j in range(info.rank)), _NUMPY[info.type])
             _lib.check(_lib.lib.kiln_onnx_session_output(self.handle, i, y.ctypes.data, y.nbytes, ctypes.byref(info)))
             out.append(y)
         return out

@@ -28,6 +28,10 @@ class Params(ctypes.Structure):
 _ready = False
 
 
+_TYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_}  # the ONNX element types a session feeds
+_CODES = {np.dtype(t): c for c, t in _TYPES.items()}
+
+
 def lib():
     global _ready
     L = kv.lib()
@@ -75,12 +79,14 @@ class Session:
         return v.name.decode()
 
     def run(self, feeds, names=None):
-        """feeds: name -> array (made float32, C-contiguous); names: override the buffer names (tests)."""
-        arrays = {k: np.require(v, np.float32, "C") for k, v in feeds.items()}
+        """feeds: name -> array (int64, int32 and bool arrays as they are, anything else made float32;
+        C-contiguous); names: override the buffer names (tests). Outputs come back in their ONNX types."""
+        arrays = {k: np.require(v, v.dtype if np.asarray(v).dtype in _CODES else np.float32, "C")
+                  for k, v in feeds.items()}
         bufs = (Buffer * max(1, len(arrays)))()
         for b, (name, a) in zip(bufs, arrays.items()):
             b.name = name.encode()
-            b.type = 1
+            b.type = _CODES[a.dtype]
             b.rank = a.ndim
             for j, d in enumerate(a.shape):
                 b.shape[j] = d
@@ -91,7 +97,7 @@ class Session:
         for i in range(len(self.outputs)):
             info = Buffer()
             check(lib().kiln_onnx_session_output(self._session, i, None, 0, ctypes.byref(info)))
-            out = np.empty(tuple(info.shape[j] for j in range(info.rank)), np.float32)
+            out = np.empty(tuple(info.shape[j] for j in range(info.rank)), _TYPES[info.type])
             check(lib().kiln_onnx_session_output(self._session, i, out.ctypes.data, out.nbytes, ctypes.byref(info)))
             results.append(out)
         return results

@@ -54,3 +54,26 @@ def test_inputs_and_outputs_are_described_as_onnxruntime_does(tmp_path):
             sess.run(None, {"x": x.astype(np.float64)})
     sess2 = kiln.InferenceSession(onnx.load(path).SerializeToString())
     assert sess2.get_providers() == ["CPUExecutionProvider"]
+
+
+def hf_script(rt, path, input_ids, attention_mask):
+    """The pattern of an exported Hugging Face model: int64 ids and mask fed by name."""
+    sess = rt.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+
+
+@pytest.mark.parametrize("stem", ["gpt2-torchscript", "bert-dynamo"])
+def test_an_exported_hugging_face_model_runs_in_the_same_script(stem):
+    """GPT-2 and BERT exported by torch.onnx (tests/onnx/torch_models), fed int64 ids and a padding mask,
+    give onnxruntime's outputs within test_onnx_torch_models.py's tolerance for their depth."""
+    path = str(pathlib.Path(__file__).resolve().parent / "torch_models" / f"{stem}.onnx")
+    rng = np.random.default_rng(9)
+    ids = rng.integers(0, 96, (2, 6), dtype=np.int64)
+    mask = np.ones((2, 6), np.int64)
+    mask[1, 4:] = 0
+    ref = hf_script(onnxruntime, path, ids, mask)
+    got = hf_script(kiln, path, ids, mask)
+    t = tol(64) * (5 if stem.startswith("gpt2") else 4)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=t, atol=t)

@@ -278,39 +278,78 @@ def test_a_model_kiln_reads_but_does_not_run_is_refused_by_node_and_operator():
     with kr.Session(model) as s:
         with pytest.raises(kv.KilnError, match=r"node 0 'cmp' \(Greater, opset 17\): Kiln reads this operator but"):
             s.run({"x": np.zeros(2, np.float32)})
-    model = make([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.INT64, [2])],
-                 [h.make_tensor_value_info("y", T.INT64, [2])])
-    with pytest.raises(kv.KilnError, match=r"input 'x' is int64: Kiln runs float inputs only"):
+    model = make([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.UINT8, [2])],
+                 [h.make_tensor_value_info("y", T.UINT8, [2])])
+    with pytest.raises(kv.KilnError, match=r"Identity"):
         kr.Session(model)
+
+
+def test_integer_and_bool_inputs_run_exactly_up_to_2_to_the_24_and_are_refused_by_name_beyond():
+    """Integers and booleans computed at run time are held as floats (exact to 2^24); ids that only index
+    constant tables are held as I32 and checked against the table's rows."""
+    nodes = [h.make_node("Add", ["n", "n"], ["twice"]), h.make_node("Not", ["b"], ["nb"]),
+             h.make_node("Gather", ["table", "ids"], ["rows"])]
+    model = make(nodes, [h.make_tensor_value_info("n", T.INT64, [3]), h.make_tensor_value_info("b", T.BOOL, [3]),
+                         h.make_tensor_value_info("ids", T.INT64, ["t"])],
+                 [h.make_tensor_value_info("twice", T.INT64, [3]), h.make_tensor_value_info("nb", T.BOOL, [3]),
+                  h.make_tensor_value_info("rows", T.FLOAT, ["t", 4])], [w("table", 5, 4)])
+    feeds = {"n": np.array([-7, 0, 1 << 23], np.int64), "b": np.array([True, False, True]),
+             "ids": np.array([4, 0, -1], np.int64)}
+    ref = reference(model, feeds)
+    with kr.Session(model) as s:
+        got = s.run(feeds)
+        for g, r in zip(got, ref):
+            assert g.dtype == r.dtype and np.array_equal(g, r)
+        with pytest.raises(kv.KilnError, match=r"input 'n': element 2 is 16777217; Kiln computes integer data exactly up to 2\^24"):
+            s.run(dict(feeds, n=np.array([0, 0, (1 << 24) + 1], np.int64)))
+        with pytest.raises(kv.KilnError, match=r"input 'ids': element 1 is 5, out of \[-5, 5\)"):
+            s.run(dict(feeds, ids=np.array([0, 5], np.int64)))
 
 
 # ---- The backend node tests of the operators Kiln runs ----
 
 RUNS = set("""Add Sub Mul Div Relu Tanh Sigmoid Erf Sqrt Exp Log Neg Reciprocal Gelu Identity MatMul Gemm Softmax
-LayerNormalization Transpose Reshape Flatten Squeeze Unsqueeze ReduceMean ReduceSum Pow""".split())
+LayerNormalization Transpose Reshape Flatten Squeeze Unsqueeze ReduceMean ReduceSum Pow Gather GatherElements GatherND
+Slice Split Concat Expand Where And Or Xor Not Cast Shape""".split())
 
-# Cases of those operators Kiln does not pass, with the reason (docs/onnx.md lists them too): by name, and
-# by the refusal that whole groups share: integer tensors fed at run time (Pow's integer bases and exponents,
-# the axes of ReduceMean from opset 18 and of ReduceSum given as graph inputs, int32 Div), and Pow whose
-# exponent is a tensor rather than a constant scalar, and empty tensors.
-KNOWN_REFUSALS = (r"input '\w+' is u?int\d+: Kiln runs float inputs only", r"\(Pow, .*the exponent is not a constant scalar",
-                  r"Kiln runs no empty tensors")
+# The operators Kiln computes on the host when their inputs are known from shapes (onnx_host.c: masks,
+# position ids, rotary tables). Their node tests run a second time with every fed input made an initializer,
+# so that the whole case is computed on the host.
+HOST = set("""Shape Identity Reshape Flatten Squeeze Unsqueeze Cast Concat Gather GatherElements GatherND Slice Expand
+Where Range ConstantOfShape Transpose Trilu Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not IsNaN Add Sub
+Mul Div Mod Pow Max Min Neg Abs Relu Sqrt Reciprocal Exp Log Sin Cos Tanh Sigmoid Erf""".split())
+
+# Cases Kiln does not pass, with the reason (docs/onnx.md lists them too). By the refusal whole groups share:
+# a parameter (axes, starts and ends, a shape, split sizes, Gather's indices into computed data) fed at run
+# time, where Kiln needs it known from shapes; element types Kiln does not run (uint*, int8, int16, float16,
+# double); Pow whose exponent is a tensor rather than a constant scalar; empty tensors.
+KNOWN_REFUSALS = (r"computed from tensor values|not known from shapes|indices are computed at run time",
+                  r"is (uint\d+|int8|int16|float16|double|bfloat16|string)\b",
+                  r"\(Pow, .*the exponent is not a constant scalar", r"Kiln runs no empty tensors")
+# By name: (mode, case) -> why.
 KNOWN = {
+    ("host", "test_gathernd_example_int32_batch_dim1"): "GatherND's batch_dims other than 0",
+    ("host", "test_pow_types_int32_float32"): "an integer base with a float exponent",
+    ("host", "test_pow_types_int64_float32"): "an integer base with a float exponent",
 }
 
 
 def node_cases(cache):
-    """The node test cases of the operators Kiln runs, with their first data set, cached once per onnx
-    version (folder node-run: MODEL.onnx and MODEL.npz with in_i and out_i arrays, and the tolerances)."""
-    folder = cache / "node-run"
-    stamp = folder / ".onnx-version"
-    if not stamp.exists() or stamp.read_text() != onnx.__version__:
+    """The node test cases of the operators Kiln runs or computes on the host, with their first data set,
+    cached once per onnx version and operator list (folder node-cases: MODEL.onnx and MODEL.npz with in_i
+    and out_i arrays, and the tolerances)."""
+    folder = cache / "node-cases"
+    stamp = folder / ".stamp"
+    want = onnx.__version__ + " " + " ".join(sorted(RUNS | HOST))
+    if not stamp.exists() or stamp.read_text() != want:
         import onnx.backend.test.case.node as node
 
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.onnx"):
+            old.unlink()
         for case in node.collect_testcases():
             ops = {n.op_type for n in case.model.graph.node}
-            if not ops <= RUNS | {"Constant"} or not ops & RUNS or not case.data_sets:
+            if not ops <= RUNS | HOST | {"Constant"} or not ops & (RUNS | HOST) or not case.data_sets:
                 continue
             ins, outs = case.data_sets[0]
             arrays = {f"in_{i}": np.asarray(a) for i, a in enumerate(ins)}
@@ -318,35 +357,51 @@ def node_cases(cache):
             arrays["tol"] = np.array([case.rtol, case.atol])
             (folder / f"{case.name}.onnx").write_bytes(case.model.SerializeToString())
             np.savez(folder / f"{case.name}.npz", **arrays)
-        stamp.write_text(onnx.__version__)
+        stamp.write_text(want)
     return sorted(folder.glob("*.onnx"))
 
 
-def run_case(path):
-    """None when Kiln's outputs match the case's, else why not."""
+def as_constants(model, feeds):
+    """The model with its fed inputs made initializers: every node then computes on the host."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [i for i in m.graph.input if i.name not in feeds]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(nh.from_array(np.asarray(a), name) for name, a in feeds.items())
+    return m
+
+
+def run_case(path, host):
+    """None when Kiln's outputs match the case's, else why not. host: the fed inputs made initializers."""
     model = onnx.load(path)
     data = np.load(path.with_suffix(".npz"))
     rtol, atol = data["tol"]
-    feeds = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    feeds = {name: data[f"in_{i}"] for i, name in enumerate(names)}
     try:
-        with kr.Session(model) as s:
-            got = s.run({name: data[f"in_{i}"] for i, name in enumerate(feeds)})
+        with kr.Session(as_constants(model, feeds) if host else model) as s:
+            got = s.run({} if host else feeds)
     except kv.KilnError as e:
         return e.message
     for i, g in enumerate(got):
         ref = data[f"out_{i}"]
         if g.shape != ref.shape:
             return f"output {i}: shape {g.shape}, expected {ref.shape}"
-        if not np.allclose(g, ref, rtol=rtol, atol=atol, equal_nan=True):
-            return f"output {i}: max error {np.max(np.abs(g - ref)):.3g}"
+        if ref.dtype.kind in "iub" and g.dtype != ref.dtype and not (ref.dtype == np.int32 and g.dtype == np.int32):
+            return f"output {i}: type {g.dtype}, expected {ref.dtype}"
+        if not np.allclose(g.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
+            return f"output {i}: max error {np.max(np.abs(g.astype(np.float64) - ref)):.3g}"
     return None
 
 
 def test_backend_node_tests_of_every_operator_kiln_runs(onnx_cache, capsys):
-    passed, failed, refused_at_load = collections.defaultdict(list), collections.defaultdict(list), 0
+    results = {mode: (collections.defaultdict(list), collections.defaultdict(list)) for mode in ("run", "host")}
+    refused_at_load = 0
     for path in node_cases(onnx_cache):
         model = onnx.load(path)
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        ops = {n.op_type for n in model.graph.node} - {"Constant"}
         op = next(n.op_type for n in model.graph.node if n.op_type != "Constant")
         try:
             kv.load(path)
@@ -354,18 +409,23 @@ def test_backend_node_tests_of_every_operator_kiln_runs(onnx_cache, capsys):
             refused_at_load += 1  # opsets 22-25 and types the reader refuses (test_onnx_node_tests.py counts them)
             continue
         assert 13 <= opset <= 21
-        why = run_case(path)
-        (failed if why else passed)[op].append((path.stem, why))
-    n_pass = sum(len(v) for v in passed.values())
-    n_fail = sum(len(v) for v in failed.values())
+        for mode, ok in (("run", ops <= RUNS), ("host", ops <= HOST)):
+            if ok:
+                why = run_case(path, mode == "host")
+                passed, failed = results[mode]
+                (failed if why else passed)[op].append((path.stem, why))
+    unexpected = []
     with capsys.disabled():
-        print(f"\nnode tests of the operators Kiln runs: {n_pass} of {n_pass + n_fail} that load pass "
-              f"({refused_at_load} more refused at load)")
-        for op in sorted(set(passed) | set(failed)):
-            print(f"  {op}: {len(passed[op])}/{len(passed[op]) + len(failed[op])}"
-                  + "".join(f"\n    {name}: {why}" for name, why in failed[op]))
-    unexpected = [f"{name}: {why}" for cases in failed.values() for name, why in cases
-                  if name not in KNOWN and not any(re.search(p, why) for p in KNOWN_REFUSALS)]
+        for mode, (passed, failed) in results.items():
+            n_pass = sum(len(v) for v in passed.values())
+            n_fail = sum(len(v) for v in failed.values())
+            print(f"\nnode tests, {'fed inputs' if mode == 'run' else 'inputs as constants (computed on the host)'}: "
+                  f"{n_pass} of {n_pass + n_fail} that load pass ({refused_at_load} cases refused at load)")
+            for op in sorted(set(passed) | set(failed)):
+                print(f"  {op}: {len(passed[op])}/{len(passed[op]) + len(failed[op])}"
+                      + "".join(f"\n    {name}: {why}" for name, why in failed[op]))
+            unexpected += [f"{mode} {name}: {why}" for cases in failed.values() for name, why in cases
+                           if (mode, name) not in KNOWN and not any(re.search(p, why) for p in KNOWN_REFUSALS)]
     assert not unexpected, "\n".join(unexpected)
 
 

@@ -22,6 +22,9 @@ typedef struct lower {
     kiln_graph *g;
     const kiln__onnx_node *n; /* the node being lowered */
     kiln_status status;       /* the first error of ours (the graph keeps the builder's) */
+    bool indices_ok;          /* operand() may return an I32 tensor (Gather's indices, views) */
+    int32_t out_rank;         /* reshape_to's last result of rank over 4, and its dims (output 0's shape) */
+    int64_t out_dims[KILN_MAX_ONNX_RANK];
 } lower;
 
 /* ---- Helpers ---- */
@@ -76,23 +79,100 @@ static kiln_tensor *const_leaf(lower *c, const kiln__onnx_tensor *init, const ch
                             KILN_TENSOR_WEIGHT);
 }
 
-/* Input i of the node: the tensor computed for it, or a leaf over its constant. NULL for an omitted one. */
+/* FNV-1a over a leaf's bytes: the key of the session's leaf store. */
+static uint64_t hash_bytes(const void *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A copy of bytes kept for the session (one per distinct content): plans point at it. */
+static void *keep_bytes(lower *c, const void *bytes, size_t size) {
+    kiln__onnx_lowering *l = c->l;
+    uint64_t h = hash_bytes(bytes, size);
+    for (int32_t i = 0; i < l->n_leaves; i++)
+        if (l->leaves[i].hash == h && l->leaves[i].size == size && !memcmp(l->leaves[i].data, bytes, size))
+            return l->leaves[i].data;
+    if (size > KILN_ONNX_LEAF_BYTES - l->leaf_bytes)
+        return fail(c, "constants made from shapes pass %zu MiB in this session", KILN_ONNX_LEAF_BYTES >> 20),
+               NULL;
+    if (l->n_leaves == l->cap_leaves) {
+        int32_t cap = l->cap_leaves ? 2 * l->cap_leaves : 16;
+        void *grown = kiln__realloc_array(l->leaves, (size_t)cap, sizeof *l->leaves);
+        if (!grown) return c->status = kiln__nomem("the session's constants"), NULL;
+        l->leaves = grown;
+        l->cap_leaves = cap;
+    }
+    void *data = kiln__alloc(KILN__MAX(size, 1));
+    if (!data) return c->status = kiln__nomem("the session's constants"), NULL;
+    memcpy(data, bytes, size);
+    l->leaves[l->n_leaves++] = (struct kiln__onnx_leaf){h, size, data};
+    l->leaf_bytes += size;
+    return data;
+}
+
+/* A constant leaf of n I32 elements (indices computed on the host), shaped [n]. */
+static kiln_tensor *index_leaf(lower *c, const int64_t *idx, int64_t n) {
+    int32_t *v = kiln__alloc_array((size_t)KILN__MAX(n, 1), sizeof *v);
+    void *kept;
+    if (!v) return c->status = kiln__nomem("an index table"), NULL;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (int32_t)idx[i]; /* below KILN_ONNX_HOST_MAX */
+    kept = keep_bytes(c, v, (size_t)n * sizeof *v);
+    kiln__dealloc(v);
+    return kept ? kiln__graph_leaf(c->g, "indices", KILN_TYPE_I32, 1, &n, kept, KILN_TENSOR_WEIGHT) : NULL;
+}
+
+/* A constant leaf over a host value (F32; integers and booleans exact up to 2^24). */
+static kiln_tensor *host_leaf(lower *c, const kiln__onnx_host *h, const char *name) {
+    int64_t ne[KILN_MAX_DIMS];
+    float *v;
+    void *kept;
+    if (h->rank > KILN_MAX_DIMS) return fail(c, "'%s' has rank %d (Kiln runs up to 4)", name, h->rank);
+    if (h->n == 0) return fail(c, "'%s' is empty (Kiln runs no empty tensors)", name);
+    if (!(v = kiln__alloc_array((size_t)h->n, sizeof *v))) return c->status = kiln__nomem("a constant"), NULL;
+    for (int64_t i = 0; i < h->n; i++) {
+        if (h->i && (h->i[i] > (1 << 24) || h->i[i] < -(1 << 24))) {
+            kiln__dealloc(v);
+            return fail(c, "'%s' holds %lld, past the integers Kiln computes exactly in float (2^24)", name,
+                        (long long)h->i[i]);
+        }
+        v[i] = h->f ? (float)h->f[i] : (float)h->i[i];
+    }
+    kept = keep_bytes(c, v, (size_t)h->n * sizeof *v);
+    kiln__dealloc(v);
+    if (!kept) return NULL;
+    ne_of(h->rank, h->dims, ne);
+    return kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, h->rank), ne, kept, KILN_TENSOR_WEIGHT);
+}
+
+/* Input i of the node: the tensor computed for it, or a leaf over its constant or host value. NULL for an
+ * omitted one. */
 static kiln_tensor *operand(lower *c, int32_t i) {
     const char *name = i < c->n->n_inputs ? c->n->inputs[i] : "";
     int32_t k;
     if (!name[0]) return NULL;
     k = value_index(c->m, name);
     if (k < 0) return fail(c, "input '%s' has no value", name);
-    if (!c->l->vals[k] && c->m->values[k].init) c->l->vals[k] = const_leaf(c, c->m->values[k].init, name);
+    if (!c->l->vals[k] && c->m->values[k].init && c->m->values[k].init->type == KILN_ONNX_FLOAT &&
+        !c->l->host[k].type)
+        c->l->vals[k] = const_leaf(c, c->m->values[k].init, name);
+    if (!c->l->vals[k] && !c->status) {
+        const kiln__onnx_host *h = kiln__onnx_host_of(c->l, name);
+        if (h) c->l->vals[k] = host_leaf(c, h, name);
+    }
     if (!c->l->vals[k] && !c->status && !kiln__graph_status(c->g))
         return fail(c, "input '%s' is not computed before it", name);
+    if (c->l->vals[k] && c->l->vals[k]->type != KILN_TYPE_F32 && !c->indices_ok)
+        return fail(c, "input '%s' holds token ids (Kiln uses fed integer inputs as Gather indices only)",
+                    name);
     return c->l->vals[k];
 }
 
-/* A constant integer input (a shape, axes): its elements, or NULL when it is neither constant at load nor
- * computed from the key's shapes (onnx_lower_ints.c). */
+/* A constant integer input (a shape, axes): its elements, or NULL when it is not known on the host. */
 static const int64_t *const_ints(lower *c, int32_t i, int64_t *n) {
-    return i < c->n->n_inputs ? kiln__onnx_ints_of(c->l, c->n->inputs[i], n) : NULL;
+    return i < c->n->n_inputs && c->n->inputs[i][0] ? kiln__onnx_ints_of(c->l, c->n->inputs[i], n) : NULL;
 }
 
 static int64_t attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt) {
@@ -105,14 +185,22 @@ static float attr_float(const kiln__onnx_node *n, const char *name, float dflt) 
     return a ? a->f : dflt;
 }
 
-/* x reshaped to the ONNX dims (rank <= 4). */
+/* x reshaped to the ONNX dims. Over rank 4 the outermost dims are merged into Kiln's dim 3 and the ONNX
+ * shape is kept for the node's output (lower_node records it). */
 static kiln_tensor *reshape_to(lower *c, kiln_tensor *x, int32_t rank, const int64_t *dims) {
     int64_t ne[KILN_MAX_DIMS];
     if (!x) return NULL;
-    if (rank > KILN_MAX_DIMS) return fail(c, "the result has rank %d (Kiln runs up to 4)", rank);
     for (int32_t i = 0; i < rank; i++)
         if (dims[i] <= 0)
             return fail(c, "the result has a dim of %lld (Kiln runs no empty tensors)", (long long)dims[i]);
+    if (rank > KILN_MAX_DIMS) {
+        ne[0] = dims[rank - 1], ne[1] = dims[rank - 2], ne[2] = dims[rank - 3], ne[3] = 1;
+        for (int32_t i = 0; i < rank - 3; i++)
+            ne[3] *= dims[i];
+        c->out_rank = rank;
+        memcpy(c->out_dims, dims, (size_t)rank * sizeof *dims);
+        return kiln__reshape(c->g, x, KILN_MAX_DIMS, ne);
+    }
     ne_of(rank, dims, ne);
     return kiln__reshape(c->g, x, KILN__MAX(1, rank), ne);
 }
@@ -211,9 +299,14 @@ static kiln_tensor *lower_unary(lower *c) {
                         a->s.data);
         return kiln__unary(c->g, x, KILN_UNARY_GELU_ERF);
     }
-    if (!strcmp(op, "Cast")) {
-        if (attr_int(c->n, "to", 0) != KILN_ONNX_FLOAT) return fail(c, "a cast to a type other than float");
-        return x; /* operand() admits float tensors only */
+    if (!strcmp(op, "Cast")) { /* booleans and integers are held as exact floats */
+        int64_t to = attr_int(c->n, "to", 0);
+        const kiln__onnx_value *v = kiln__onnx_value_find(c->m, c->n->inputs[0]);
+        if (to == KILN_ONNX_BOOL)
+            return kiln__unary(c->g, kiln__unary(c->g, x, KILN_UNARY_NOT), KILN_UNARY_NOT);
+        if (to != KILN_ONNX_FLOAT && v->info.type == KILN_ONNX_FLOAT)
+            return fail(c, "a cast of computed floats to integers");
+        return x;
     }
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         if (!strcmp(op, fns[i].name)) return kiln__unary(c->g, x, fns[i].fn);
@@ -426,12 +519,14 @@ static kiln_tensor *lower_pow(lower *c) {
     return fail(c, "exponent %g (Kiln runs 1, 2, 3, 0.5, -0.5 and -1)", p);
 }
 
+static kiln_tensor *lower_gather(lower *c);
+
 static kiln_tensor *lower_transpose(lower *c) {
     kiln_tensor *x = operand(c, 0);
     int32_t r = rank_of(c, c->n->inputs[0]), axes[KILN_MAX_DIMS] = {0, 1, 2, 3};
     const kiln__onnx_attr *perm = kiln__onnx_find_attr(c->n, "perm");
     if (!x) return NULL;
-    if (r > KILN_MAX_DIMS) return fail(c, "rank %d (Kiln runs up to 4)", r);
+    if (r > KILN_MAX_DIMS) return lower_gather(c);
     /* Output axis i is input axis perm[i]: Kiln source dim r-1-perm[i] goes to dim r-1-i. */
     for (int32_t i = 0; i < r; i++) {
         int64_t p = perm && i < perm->n ? perm->ints[i] : r - 1 - i;
@@ -442,62 +537,260 @@ static kiln_tensor *lower_transpose(lower *c) {
     return kiln__cont(c->g, kiln__permute(c->g, x, axes[0], axes[1], axes[2], axes[3]));
 }
 
-/* Reshape, Flatten, Squeeze and Unsqueeze: the same bytes under new dims (a view). */
-static kiln_tensor *lower_reshape(lower *c) {
-    kiln_tensor *x = operand(c, 0);
-    int32_t r = rank_of(c, c->n->inputs[0]), ro = 0;
-    int64_t in[KILN_MAX_DIMS], out[KILN_MAX_ONNX_RANK], n = 0, total = 1, known = 1;
-    const int64_t *v = NULL;
-    const char *op = c->n->op_type;
-    if (!x) return NULL;
-    if (r > KILN_MAX_DIMS) return fail(c, "rank %d (Kiln runs up to 4)", r);
-    kiln__onnx_shape_of(x, r, in);
-    for (int32_t i = 0; i < r; i++)
-        total *= in[i];
-    if (!strcmp(op, "Flatten")) {
-        int64_t axis = attr_int(c->n, "axis", 1), lead = 1;
-        if (axis < 0) axis += r;
-        for (int32_t i = 0; i < axis; i++)
-            lead *= in[i];
-        out[0] = lead;
-        out[1] = total / lead;
-        return reshape_to(c, x, 2, out);
+/* The ONNX dims of the computed tensor x that holds the node's input i (any rank), or -1. */
+static int32_t dims_in(lower *c, const kiln_tensor *x, int32_t i, int64_t *dims) {
+    int32_t k = value_index(c->m, c->n->inputs[i]), r;
+    if (k < 0) return -1;
+    if (c->l->big[k].rank) {
+        memcpy(dims, c->l->big[k].dims, (size_t)c->l->big[k].rank * sizeof *dims);
+        return c->l->big[k].rank;
     }
+    r = c->m->values[k].info.rank;
+    if (r < 0 || r > KILN_MAX_DIMS) return -1;
+    kiln__onnx_shape_of(x, r, dims);
+    return r;
+}
+
+/* Reshape, Flatten, Squeeze and Unsqueeze: the same bytes under new dims (a view; of fed ids too). */
+static kiln_tensor *lower_reshape(lower *c) {
+    kiln_tensor *x;
+    int32_t r, ro;
+    int64_t in[KILN_MAX_ONNX_RANK], out[KILN_MAX_ONNX_RANK], n = 0;
+    const int64_t *v = NULL;
+    const char *why = "";
+    c->indices_ok = true;
+    x = operand(c, 0);
+    c->indices_ok = false;
+    if (!x) return NULL;
+    if ((r = dims_in(c, x, 0, in)) < 0) return fail(c, "the input's rank is not known");
     if (c->n->n_inputs > 1 && c->n->inputs[1][0] && !(v = const_ints(c, 1, &n)))
         return fail(c, "its %s input is computed from tensor values (Kiln needs it from shapes)",
-                    !strcmp(op, "Reshape") ? "shape" : "axes");
-    if (!strcmp(op, "Reshape")) {
-        int32_t infer = -1;
-        bool allowzero = attr_int(c->n, "allowzero", 0) != 0;
-        if (n > KILN_MAX_ONNX_RANK) return fail(c, "a target shape of %lld dims", (long long)n);
-        for (ro = 0; ro < (int32_t)n; ro++) {
-            out[ro] = v[ro] == 0 && !allowzero && ro < r ? in[ro] : v[ro];
-            if (out[ro] == -1)
-                infer = ro;
-            else if (out[ro] <= 0 || __builtin_mul_overflow(known, out[ro], &known))
-                return fail(c, "target dim %d is %lld", ro, (long long)out[ro]);
-        }
-        if (infer >= 0) out[infer] = known > 0 ? total / known : 0;
-        return reshape_to(c, x, ro, out);
-    }
-    /* Squeeze (axes optional: every dim of 1) and Unsqueeze (axes required). */
-    bool unsq = !strcmp(op, "Unsqueeze");
-    int32_t rank_out = unsq ? r + (int32_t)n : r;
-    uint32_t marked = 0;
-    if (rank_out > KILN_MAX_DIMS) return fail(c, "the result has rank %d (Kiln runs up to 4)", rank_out);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t a = v[i] < 0 ? v[i] + (unsq ? rank_out : r) : v[i];
-        if (a < 0 || a >= (unsq ? rank_out : r)) return fail(c, "axis %lld out of range", (long long)v[i]);
-        marked |= 1u << a;
-    }
-    for (int32_t i = 0, j = 0; i < (unsq ? rank_out : r); i++) {
-        if (unsq)
-            out[ro++] = marked & (1u << i) ? 1 : in[j++];
-        else if (!(v ? (marked & (1u << i)) : in[i] == 1))
-            out[ro++] = in[i];
-    }
+                    !strcmp(c->n->op_type, "Reshape") ? "shape" : "axes");
+    if ((ro = kiln__onnx_reshape_dims(c->n, r, in, v, n, out, &why)) < 0) return fail(c, "%s", why);
     if (ro == 0) out[ro++] = 1; /* a scalar, held as [1] */
     return reshape_to(c, x, ro, out);
+}
+
+/* Gather's rows of a table (any tensor, axis 0) by fed or host-known ids: get_rows. */
+static kiln_tensor *gather_rows(lower *c, kiln_tensor *table, kiln_tensor *ids, int32_t rt,
+                                const int64_t *tdims, int32_t ri, const int64_t *idims) {
+    kiln_graph *g = c->g;
+    int64_t inner = 1, n_ids = 1, dims[KILN_MAX_ONNX_RANK];
+    int32_t ro = 0;
+    for (int32_t d = 1; d < rt; d++)
+        inner *= tdims[d];
+    for (int32_t d = 0; d < ri; d++)
+        n_ids *= idims[d], dims[ro++] = idims[d];
+    for (int32_t d = 1; d < rt; d++)
+        dims[ro++] = tdims[d];
+    if (table->ne[0] != inner) table = kiln__reshape_2d(g, table, inner, tdims[0]);
+    if (ro == 0) dims[ro++] = 1;
+    return reshape_to(c, kiln__get_rows(g, table, kiln__reshape(g, ids, 1, &n_ids)), ro, dims);
+}
+
+/* Elements of x (F32) at flat indices known on the host, as a get_rows over one-element rows. */
+static kiln_tensor *gather_elements(lower *c, kiln_tensor *x, const int64_t *idx, int64_t n, int32_t ro,
+                                    const int64_t *dims) {
+    int64_t total = kiln__tensor_nelements(x);
+    kiln_tensor *ids = index_leaf(c, idx, n);
+    if (!ids) return NULL;
+    if (!kiln__tensor_is_contiguous(x)) x = kiln__cont(c->g, x);
+    return reshape_to(c, kiln__get_rows(c->g, kiln__reshape_2d(c->g, x, 1, total), ids), ro, dims);
+}
+
+/* Gather, GatherElements, GatherND, and Slice with negative steps: rows of a table by ids (fed, or known on
+ * the host), or elements of computed data by indices known on the host. */
+static kiln_tensor *lower_gather(lower *c) {
+    int64_t xd[KILN_MAX_ONNX_RANK], id[KILN_MAX_ONNX_RANK], od[KILN_MAX_ONNX_RANK], *idx, n;
+    int32_t rx, ri, ro;
+    const char *why = "";
+    const kiln__onnx_attr *ax = kiln__onnx_find_attr(c->n, "axis");
+    kiln_tensor *x = operand(c, 0), *ids;
+    if (!x || (rx = dims_in(c, x, 0, xd)) < 0) return x ? fail(c, "the data's rank is not known") : NULL;
+    if (!strcmp(c->n->op_type, "Gather") && (!ax || ax->i == 0 || ax->i == -rx) && rx <= KILN_MAX_DIMS) {
+        const kiln__onnx_host *h = kiln__onnx_host_of(c->l, c->n->inputs[1]);
+        if (h && h->i) { /* ids known on the host: a constant id table */
+            for (int64_t j = 0; j < h->n; j++)
+                if (h->i[j] < -xd[0] || h->i[j] >= xd[0])
+                    return fail(c, "index %lld out of range", (long long)h->i[j]);
+            int64_t *v = kiln__alloc_array((size_t)KILN__MAX(h->n, 1), sizeof *v);
+            if (!v) return c->status = kiln__nomem("indices"), NULL;
+            for (int64_t j = 0; j < h->n; j++)
+                v[j] = h->i[j] < 0 ? h->i[j] + xd[0] : h->i[j];
+            ids = index_leaf(c, v, h->n);
+            kiln__dealloc(v);
+            return ids ? gather_rows(c, x, ids, rx, xd, h->rank, h->dims) : NULL;
+        }
+        c->indices_ok = true;
+        ids = operand(c, 1);
+        c->indices_ok = false;
+        if (!ids) return NULL;
+        if (ids->type != KILN_TYPE_I32)
+            return fail(c,
+                        "its indices are computed from tensor values (Kiln gathers by fed ids or by indices "
+                        "known from shapes)");
+        if ((ri = dims_in(c, ids, 1, id)) < 0) return fail(c, "the indices' rank is not known");
+        if (x->type != KILN_TYPE_F32) return fail(c, "gathering from fed ids");
+        return gather_rows(c, x, ids, rx, xd, ri, id);
+    }
+    if (x->type != KILN_TYPE_F32) return fail(c, "gathering from fed ids");
+    if ((n = kiln__onnx_index_map(c->l, c->n, rx, xd, &ro, od, &idx, &why)) < 0) return fail(c, "%s", why);
+    if (n == 0) return fail(c, "the result is empty (Kiln runs no empty tensors)");
+    return gather_elements(c, x, idx, n, ro, od);
+}
+
+/* Slice: a strided view and a copy where every step is positive, else an element gather. */
+static kiln_tensor *lower_slice(lower *c) {
+    int64_t xd[KILN_MAX_ONNX_RANK], start[KILN_MAX_ONNX_RANK], step[KILN_MAX_ONNX_RANK],
+        cnt[KILN_MAX_ONNX_RANK];
+    int64_t ne[KILN_MAX_DIMS];
+    size_t nb[KILN_MAX_DIMS], off = 0;
+    int32_t r;
+    kiln_tensor *x = operand(c, 0);
+    if (!x || (r = dims_in(c, x, 0, xd)) < 0) return x ? fail(c, "the data's rank is not known") : NULL;
+    if (kiln__onnx_slice_params(c->l, c->n, r, xd, start, step, cnt) < 0)
+        return fail(c, "its starts, ends, axes or steps are not known from shapes");
+    for (int32_t d = 0; d < r; d++) {
+        if (cnt[d] == 0) return fail(c, "the result is empty (Kiln runs no empty tensors)");
+        if (step[d] < 0 || r > KILN_MAX_DIMS) return lower_gather(c);
+    }
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        int32_t a = r - 1 - d; /* ONNX axis of Kiln dim d */
+        ne[d] = a >= 0 ? cnt[a] : 1;
+        nb[d] =
+            a >= 0 && cnt[a] > 1 ? x->nb[d] * (size_t)step[a] : x->nb[d]; /* within the source: no overflow */
+        if (a >= 0) off += x->nb[d] * (size_t)start[a];
+    }
+    return kiln__cont(c->g, kiln__view(c->g, x, x->n_dims, ne, nb, off));
+}
+
+/* Split: views along the axis, each copied. */
+static kiln_tensor *lower_split(lower *c) {
+    int64_t xd[KILN_MAX_ONNX_RANK], n = 0, sizes[127], at = 0;
+    const int64_t *v = const_ints(c, 1, &n);
+    const kiln__onnx_attr *ax = kiln__onnx_find_attr(c->n, "axis");
+    int32_t r, k;
+    kiln_tensor *x = operand(c, 0), *first = NULL;
+    if (!x || (r = dims_in(c, x, 0, xd)) < 0 || r > KILN_MAX_DIMS)
+        return x ? fail(c, "data of rank over 4") : NULL;
+    int64_t a = ax ? ax->i : 0;
+    if (a < 0) a += r;
+    if (a < 0 || a >= r) return fail(c, "axis out of range");
+    k = r - 1 - (int32_t)a;
+    if (v) {
+        if (n != c->n->n_outputs)
+            return fail(c, "%lld split sizes for %d outputs", (long long)n, c->n->n_outputs);
+        for (int64_t i = 0; i < n; i++)
+            sizes[i] = v[i];
+    } else if (c->n->n_inputs > 1 && c->n->inputs[1][0]) {
+        return fail(c, "its split sizes are computed from tensor values");
+    } else { /* equal parts, the last smaller (opset 18's num_outputs rule) */
+        int64_t parts = c->n->n_outputs, each = (xd[a] + parts - 1) / parts;
+        for (int64_t i = 0; i < parts; i++)
+            sizes[i] = KILN__MIN(each, xd[a] - KILN__MIN(xd[a], each * i));
+    }
+    for (int32_t i = 0; i < c->n->n_outputs; i++) {
+        int64_t ne[KILN_MAX_DIMS];
+        memcpy(ne, x->ne, sizeof ne);
+        ne[k] = sizes[i];
+        if (sizes[i] <= 0 || at + sizes[i] > xd[a]) return fail(c, "split sizes do not fill the axis");
+        kiln_tensor *y = kiln__cont(c->g, kiln__view(c->g, x, x->n_dims, ne, x->nb, x->nb[k] * (size_t)at));
+        at += sizes[i];
+        if (i == 0)
+            first = y;
+        else
+            put_output(c, i, y);
+    }
+    if (at != xd[a]) return fail(c, "split sizes do not fill the axis");
+    return first;
+}
+
+/* x with Kiln dims 3 and k swapped, contiguous (an involution). */
+static kiln_tensor *swap_outer(kiln_graph *g, kiln_tensor *x, int k) {
+    int32_t axes[KILN_MAX_DIMS] = {0, 1, 2, 3};
+    if (k == 3) return x;
+    axes[3] = k;
+    axes[k] = 3;
+    return kiln__cont(g, kiln__permute(g, x, axes[0], axes[1], axes[2], axes[3]));
+}
+
+/* Concat: the axis moved outermost, the operands appended as rows, moved back. */
+static kiln_tensor *lower_concat(lower *c) {
+    kiln_graph *g = c->g;
+    const kiln__onnx_attr *ax = kiln__onnx_find_attr(c->n, "axis");
+    int32_t r = rank_of(c, c->n->outputs[0]);
+    int64_t a = ax ? ax->i : 0, rows = 0;
+    kiln_tensor *acc = NULL, *ops[127];
+    int64_t ne[KILN_MAX_DIMS];
+    int k;
+    if (r < 1 || r > KILN_MAX_DIMS) return fail(c, "rank %d (Kiln runs 1 to 4)", r);
+    if (a < 0) a += r;
+    if (a < 0 || a >= r) return fail(c, "axis out of range");
+    k = r - 1 - (int)a;
+    for (int32_t i = 0; i < c->n->n_inputs; i++) {
+        kiln_tensor *x = operand(c, i);
+        if (!x) return NULL;
+        x = swap_outer(g, kiln__tensor_is_contiguous(x) ? x : kiln__cont(g, x), k);
+        ops[i] = x ? kiln__reshape_2d(g, x, x->ne[0] * x->ne[1] * x->ne[2], x->ne[3]) : NULL;
+        if (!ops[i]) return NULL;
+        if (i == 0) memcpy(ne, x->ne, sizeof ne);
+        rows += x->ne[3];
+    }
+    if (c->n->n_inputs == 1) return operand(c, 0);
+    for (int32_t i = 0; i < c->n->n_inputs;) {
+        kiln_tensor *b = ops[i++], *d = i < c->n->n_inputs ? ops[i++] : NULL;
+        acc = acc ? kiln__concat(g, acc, b, d) : (d ? kiln__concat(g, b, d, NULL) : b);
+        if (!acc) return NULL;
+    }
+    ne[3] = rows;
+    return swap_outer(g, kiln__reshape(g, acc, KILN_MAX_DIMS, ne), k);
+}
+
+/* Expand: x broadcast to the shape (numpy's rule, both ways). */
+static kiln_tensor *lower_expand(lower *c) {
+    kiln_tensor *x = operand(c, 0);
+    int64_t n = 0, ne[KILN_MAX_DIMS], full[KILN_MAX_DIMS], dims[KILN_MAX_DIMS];
+    const int64_t *v = const_ints(c, 1, &n);
+    int32_t r = rank_of(c, c->n->outputs[0]);
+    if (!x) return NULL;
+    if (!v) return fail(c, "its shape is computed from tensor values");
+    if (n > KILN_MAX_DIMS || r > KILN_MAX_DIMS || rank_of(c, c->n->inputs[0]) > KILN_MAX_DIMS)
+        return lower_gather(c);
+    ne_of((int32_t)n, v, ne);
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        if (ne[d] != x->ne[d] && ne[d] != 1 && x->ne[d] != 1) return fail(c, "the shape does not broadcast");
+        full[d] = KILN__MAX(ne[d], x->ne[d]);
+    }
+    for (int32_t i = 0; i < r; i++)
+        dims[i] = full[r - 1 - i];
+    if (memcmp(full, x->ne, sizeof full) != 0) x = expand_to(c, x, full);
+    return reshape_to(c, x, r, dims);
+}
+
+/* Where: the condition (held as 0 or 1) expanded to the result's shape, x and y broadcast to it. */
+static kiln_tensor *lower_where(lower *c) {
+    kiln_tensor *cond = operand(c, 0), *x = operand(c, 1), *y = operand(c, 2);
+    int64_t full[KILN_MAX_DIMS];
+    if (!cond || !x || !y) return NULL;
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        full[d] = KILN__MAX(cond->ne[d], KILN__MAX(x->ne[d], y->ne[d]));
+        if ((cond->ne[d] != full[d] && cond->ne[d] != 1) || (x->ne[d] != full[d] && x->ne[d] != 1) ||
+            (y->ne[d] != full[d] && y->ne[d] != 1))
+            return fail(c, "operands that do not broadcast");
+    }
+    if (memcmp(full, cond->ne, sizeof full) != 0) cond = expand_to(c, cond, full);
+    return kiln__where(c->g, cond, x, y);
+}
+
+/* And, Or, Xor and Not on booleans held as 0 or 1. */
+static kiln_tensor *lower_logic(lower *c) {
+    const char *op = c->n->op_type;
+    kiln_tensor *a = operand(c, 0), *b = strcmp(op, "Not") ? operand(c, 1) : NULL;
+    if (!a || (!b && strcmp(op, "Not"))) return NULL;
+    if (!strcmp(op, "Not")) return kiln__unary(c->g, a, KILN_UNARY_NOT);
+    if (!strcmp(op, "And")) return broadcast(c, KILN_OP_MUL, a, b);
+    kiln_tensor *t = broadcast(c, !strcmp(op, "Or") ? KILN_OP_ADD : KILN_OP_SUB, a, b);
+    return kiln__unary(c->g, kiln__unary(c->g, t, KILN_UNARY_NOT), KILN_UNARY_NOT);
 }
 
 typedef kiln_tensor *(*lower_fn)(lower *c);
@@ -513,13 +806,19 @@ static const struct {
     {"Sqrt", lower_unary},          {"Exp", lower_unary},
     {"Log", lower_unary},           {"Neg", lower_unary},
     {"Reciprocal", lower_unary},    {"Gelu", lower_unary},
-    {"Identity", lower_unary},      {"Cast", lower_unary},
+    {"Identity", lower_reshape},    {"Cast", lower_unary},
     {"MatMul", lower_matmul},       {"Gemm", lower_gemm},
     {"Softmax", lower_softmax},     {"LayerNormalization", lower_layer_norm},
     {"Transpose", lower_transpose}, {"Reshape", lower_reshape},
     {"Flatten", lower_reshape},     {"Squeeze", lower_reshape},
     {"Unsqueeze", lower_reshape},   {"ReduceMean", lower_reduce},
     {"ReduceSum", lower_reduce},    {"Pow", lower_pow},
+    {"Gather", lower_gather},       {"GatherElements", lower_gather},
+    {"GatherND", lower_gather},     {"Slice", lower_slice},
+    {"Split", lower_split},         {"Concat", lower_concat},
+    {"Expand", lower_expand},       {"Where", lower_where},
+    {"And", lower_logic},           {"Or", lower_logic},
+    {"Xor", lower_logic},           {"Not", lower_logic},
 };
 
 /* ---- The builder ---- */
@@ -530,12 +829,14 @@ static kiln_status lower_node(lower *c, const kiln__onnx_node *n) {
     kiln_tensor *y;
     c->n = n;
     if (out0 && out0->init) return KILN_OK; /* a Constant, or computed at load (shape arithmetic) */
-    if (kiln__onnx_is_int_node(c->m, n)) return kiln__onnx_lower_ints(c->l, n);
+    if (kiln__onnx_host_node(c->l, n)) return kiln__onnx_host_eval(c->l, n);
     for (size_t i = 0; i < sizeof lowerings / sizeof lowerings[0] && !fn; i++)
         if (!strcmp(n->op_type, lowerings[i].op)) fn = lowerings[i].fn;
     if (!fn) return fail(c, "Kiln reads this operator but does not run it yet"), c->status;
-    if (rank_of(c, n->outputs[0]) > KILN_MAX_DIMS)
+    if (rank_of(c, n->outputs[0]) > KILN_MAX_DIMS && fn != lower_reshape && fn != lower_gather &&
+        fn != lower_slice && fn != lower_expand && fn != lower_transpose)
         return fail(c, "the result has rank %d (Kiln runs up to 4)", rank_of(c, n->outputs[0])), c->status;
+    c->out_rank = 0;
     y = fn(c);
     if (c->status) return c->status;
     if (!y || kiln__graph_status(c->g)) {
@@ -546,6 +847,11 @@ static kiln_status lower_node(lower *c, const kiln__onnx_node *n) {
     }
     if (y->name[0] == '\0' || y->op != KILN_OP_NONE) kiln__tensor_set_name(y, "%s", n->outputs[0]);
     c->l->vals[value_index(c->m, n->outputs[0])] = y;
+    if (c->out_rank > KILN_MAX_DIMS && rank_of(c, n->outputs[0]) == c->out_rank) {
+        struct kiln__onnx_big *b = &c->l->big[value_index(c->m, n->outputs[0])];
+        b->rank = c->out_rank;
+        memcpy(b->dims, c->out_dims, (size_t)c->out_rank * sizeof *b->dims);
+    }
     return KILN_OK;
 }
 
@@ -561,28 +867,29 @@ static kiln_status declare_inputs(lower *c, const int64_t *key) {
             dims[j] = sym >= 0 ? key[sym] : info->dims[j].value;
         }
         ne_of(info->rank, dims, ne);
-        c->l->vals[k] = kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, info->rank), ne, NULL,
+        c->l->vals[k] = kiln__graph_leaf(c->g, name, c->l->feed_type[i], KILN__MAX(1, info->rank), ne, NULL,
                                          KILN_TENSOR_INPUT);
     }
     return kiln__graph_status(c->g);
 }
 
 kiln_status kiln__onnx_lower(kiln__onnx_lowering *l, kiln_graph *g, const int64_t *key) {
-    lower c = {l, l->m, g, NULL, KILN_OK};
+    lower c = {l, l->m, g, NULL, KILN_OK, false, 0, {0}};
     const kiln_onnx *m = l->m;
     kiln_status s;
     memset(l->vals, 0, (size_t)m->n_values * sizeof *l->vals);
-    memset(l->ints, 0, (size_t)m->n_values * sizeof *l->ints);
-    l->pool_used = 0;
+    memset(l->big, 0, (size_t)m->n_values * sizeof *l->big);
+    kiln__onnx_host_reset(l);
     if ((s = declare_inputs(&c, key))) return s;
     for (int32_t i = 0; i < m->n_nodes; i++)
         if ((s = lower_node(&c, &m->nodes[m->order[i]]))) return s;
     for (int32_t i = 0; i < m->n_outputs; i++) {
         int32_t k = value_index(m, m->outputs[i].name);
         kiln_tensor *t = k >= 0 ? l->vals[k] : NULL;
-        if (!t && k >= 0 && m->values[k].init) {
+        if (!t && k >= 0) { /* an output known without running: a constant or a host value */
+            const kiln__onnx_host *h = kiln__onnx_host_of(l, m->outputs[i].name);
             c.n = NULL;
-            t = const_leaf(&c, m->values[k].init, m->outputs[i].name);
+            t = h ? host_leaf(&c, h, m->outputs[i].name) : NULL;
             if (c.status) return c.status;
         }
         if (!t) return kiln__error(KILN_E_INTERNAL, "output '%s' was not computed", m->outputs[i].name);
@@ -610,6 +917,37 @@ static kiln_status add_sym(kiln__onnx_lowering *l, const char *sym, int8_t *out)
     return KILN_OK;
 }
 
+/* Is the value `name` read only as the ids of Gathers (axis 0) from constant tables, directly or through
+ * Reshape, Flatten, Squeeze, Unsqueeze and Identity, or by Shape? rows: the fewest rows of those tables.
+ * Such a fed integer input is held as I32 ids; any other is held as exact floats. */
+static bool indexes_only(const kiln_onnx *m, const char *name, int64_t *rows, int depth) {
+    bool used = false;
+    if (depth > 16) return false;
+    for (int32_t i = 0; i < m->n_nodes; i++) {
+        const kiln__onnx_node *n = &m->nodes[i];
+        for (int32_t j = 0; j < n->n_inputs; j++) {
+            if (strcmp(n->inputs[j], name) != 0) continue;
+            const char *op = n->op_type;
+            if (!strcmp(op, "Shape")) continue;
+            if ((!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") ||
+                 !strcmp(op, "Unsqueeze") || !strcmp(op, "Identity")) &&
+                j == 0) {
+                if (!indexes_only(m, n->outputs[0], rows, depth + 1)) return false;
+                used = true;
+                continue;
+            }
+            const kiln__onnx_attr *ax = kiln__onnx_find_attr(n, "axis");
+            const kiln__onnx_value *t = kiln__onnx_value_find(m, n->inputs[0]);
+            if (strcmp(op, "Gather") != 0 || j != 1 || (ax && ax->i != 0) || !t || !t->init ||
+                t->init->rank < 1 || t->init->type != KILN_ONNX_FLOAT)
+                return false;
+            if (t->init->dims[0] < *rows) *rows = t->init->dims[0];
+            used = true;
+        }
+    }
+    return used;
+}
+
 static kiln_status check_input(kiln__onnx_lowering *l, int32_t i) {
     const kiln_onnx *m = l->m;
     const char *name = m->inputs[m->feed[i]].name;
@@ -618,8 +956,10 @@ static kiln_status check_input(kiln__onnx_lowering *l, int32_t i) {
     if (strlen(name) >= KILN_MAX_NAME)
         return kiln__error(KILN_E_UNSUPPORTED, "input '%.40s...': names over %d bytes are not run", name,
                            KILN_MAX_NAME - 1);
-    if (info->type != KILN_ONNX_FLOAT)
-        return kiln__error(KILN_E_UNSUPPORTED, "input '%s' is %s: Kiln runs float inputs only", name,
+    if (info->type != KILN_ONNX_FLOAT && info->type != KILN_ONNX_INT64 && info->type != KILN_ONNX_INT32 &&
+        info->type != KILN_ONNX_BOOL)
+        return kiln__error(KILN_E_UNSUPPORTED,
+                           "input '%s' is %s: Kiln runs float, int64, int32 and bool inputs", name,
                            kiln__onnx_type_name(info->type));
     if (info->rank < 0 || info->rank > KILN_MAX_DIMS)
         return kiln__error(KILN_E_UNSUPPORTED, "input '%s' has rank %d: Kiln runs ranks 0 to 4", name,
@@ -648,18 +988,30 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
     l->axis_sym = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->axis_sym);
     l->vals = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->vals);
     l->sym_store = kiln__calloc(KILN_ONNX_MAX_SYMS, sizeof *l->sym_store);
-    l->ints = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->ints);
-    l->pool = kiln__alloc_array(KILN_ONNX_INT_POOL, sizeof *l->pool);
-    l->pool_cap = KILN_ONNX_INT_POOL;
-    if (!l->axis_sym || !l->vals || !l->sym_store || !l->ints || !l->pool)
+    l->host = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->host);
+    l->big = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->big);
+    l->feed_type = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->feed_type);
+    l->feed_rows = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->feed_rows);
+    if (!l->axis_sym || !l->vals || !l->sym_store || !l->host || !l->big || !l->feed_type || !l->feed_rows)
         return kiln__nomem("an ONNX lowering's tables");
     for (int32_t i = 0; i < m->n_feed; i++)
         if ((s = check_input(l, i))) return s;
     for (int32_t i = 0; i < m->n_outputs; i++) {
         const kiln__onnx_value *v = kiln__onnx_value_find(m, m->outputs[i].name);
-        if (v->info.type != KILN_ONNX_FLOAT)
-            return kiln__error(KILN_E_UNSUPPORTED, "output '%s' is %s: Kiln runs float outputs only",
+        if (v->info.type != KILN_ONNX_FLOAT && v->info.type != KILN_ONNX_INT64 &&
+            v->info.type != KILN_ONNX_INT32 && v->info.type != KILN_ONNX_BOOL)
+            return kiln__error(KILN_E_UNSUPPORTED,
+                               "output '%s' is %s: Kiln runs float, int64, int32 and bool outputs",
                                m->outputs[i].name, kiln__onnx_type_name(v->info.type));
+    }
+    for (int32_t i = 0; i < m->n_feed; i++) {
+        const kiln__onnx_value *v = kiln__onnx_value_find(m, m->inputs[m->feed[i]].name);
+        int64_t rows = INT64_MAX;
+        l->feed_type[i] = KILN_TYPE_F32;
+        if (v->info.type != KILN_ONNX_FLOAT && indexes_only(m, v->info.name, &rows, 0)) {
+            l->feed_type[i] = KILN_TYPE_I32;
+            l->feed_rows[i] = rows;
+        }
     }
     return KILN_OK;
 }
@@ -671,7 +1023,13 @@ void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
     kiln__dealloc(l->axis_sym);
     kiln__dealloc(l->vals);
     kiln__dealloc(l->sym_store);
-    kiln__dealloc(l->ints);
-    kiln__dealloc(l->pool);
+    if (l->host) kiln__onnx_host_reset(l);
+    kiln__dealloc(l->host);
+    kiln__dealloc(l->big);
+    for (int32_t i = 0; i < l->n_leaves; i++)
+        kiln__dealloc(l->leaves[i].data);
+    kiln__dealloc(l->leaves);
+    kiln__dealloc(l->feed_type);
+    kiln__dealloc(l->feed_rows);
     memset(l, 0, sizeof *l);
 }

@@ -21,9 +21,23 @@
 
 #include "graph/graph.h"
 
-#define KILN_ONNX_MAX_SYMS 8         /* dynamic dims of the fed inputs (the program's key length) */
-#define KILN_ONNX_MAX_CONSTS 64      /* constants of the lowering's own (distinct lengths) */
-#define KILN_ONNX_INT_POOL (1 << 16) /* elements of host-computed shape values per key */
+#define KILN_ONNX_MAX_SYMS 8                   /* dynamic dims of the fed inputs (the program's key length) */
+#define KILN_ONNX_MAX_CONSTS 64                /* constants of the lowering's own (distinct lengths) */
+#define KILN_ONNX_HOST_MAX (1 << 23)           /* elements of one host value */
+#define KILN_ONNX_HOST_BYTES ((size_t)1 << 28) /* scratch of the host values of one key */
+#define KILN_ONNX_HOST_SMALL 4096              /* float constants computed on the host when no larger */
+#define KILN_ONNX_LEAF_BYTES ((size_t)1 << 28) /* constant leaves from host values, per session */
+
+/* A value computed on the host (onnx_host.c): int64, int32 and bool elements held as int64 in i (bools 0
+ * or 1; type KILN_ONNX_INT64 or KILN_ONNX_BOOL), floats as double holding float32 values in f. */
+typedef struct kiln__onnx_host {
+    int32_t type; /* 0: none */
+    int32_t rank;
+    int64_t dims[KILN_MAX_ONNX_RANK];
+    int64_t n;
+    int64_t *i;
+    double *f;
+} kiln__onnx_host;
 
 /* What the lowering knows of a model beyond the model itself: the key's layout and scratch. Built once per
  * session by kiln__onnx_lower_init; the builder reads it. */
@@ -42,13 +56,30 @@ typedef struct kiln__onnx_lowering {
         float *data;
     } consts[KILN_ONNX_MAX_CONSTS];
     int32_t n_consts;
-    /* Integer shape values computed on the host for the key being lowered (onnx_lower_ints.c). */
-    struct kiln__onnx_ints {
-        const int64_t *v;
-        int64_t n;
-    } * ints;      /* [n_values] */
-    int64_t *pool; /* their elements */
-    int64_t pool_cap, pool_used;
+    /* Values computed on the host for the key being lowered (onnx_host.c), in scratch blocks freed when the
+     * next key is lowered. */
+    struct kiln__onnx_host *host; /* [n_values]; type 0: not a host value */
+    struct kiln__onnx_block *blocks;
+    size_t host_bytes;
+    /* The bytes of constant leaves made from host values, kept for the session (every plan may point at
+     * them), one copy per distinct content. */
+    struct kiln__onnx_leaf {
+        uint64_t hash;
+        size_t size;
+        void *data;
+    } * leaves;
+    int32_t n_leaves, cap_leaves;
+    size_t leaf_bytes;
+    /* The ONNX shape of each computed value of rank over 4 (rank 0 for the others): Kiln holds it in 4 dims,
+     * the outermost ONNX dims merged into dim 3 (row-major order is unchanged). Reset per key. */
+    struct kiln__onnx_big {
+        int32_t rank;
+        int64_t dims[KILN_MAX_ONNX_RANK];
+    } * big;
+    /* Per fed input: its Kiln type (F32, or I32 for integer ids that only index constant tables) and, for
+     * I32, the rows of the tables it indexes (ids are checked against it when bound). */
+    kiln_type *feed_type;
+    int64_t *feed_rows;
 } kiln__onnx_lowering;
 
 /* Check that the fed inputs can be run (float, rank <= 4, every dim known or dynamic) and lay out the
@@ -62,11 +93,27 @@ int32_t kiln__onnx_lower_capacity(const kiln__onnx_lowering *l);
 /* Emit the graph for key (n_syms values, each >= 1) into g. */
 kiln_status kiln__onnx_lower(kiln__onnx_lowering *l, kiln_graph *g, const int64_t *key);
 
-/* Shape arithmetic (onnx_lower_ints.c): is n's output an integer value, evaluate it for the current key, and
- * a value's elements when known (computed, or an int64 constant of rank <= 1; NULL otherwise). */
-bool kiln__onnx_is_int_node(const kiln_onnx *m, const kiln__onnx_node *n);
-kiln_status kiln__onnx_lower_ints(kiln__onnx_lowering *l, const kiln__onnx_node *n);
-const int64_t *kiln__onnx_ints_of(const kiln__onnx_lowering *l, const char *name, int64_t *n);
+/* Host values (onnx_host.c): is node n computed on the host (every input a constant or a host value, and
+ * an operator the host computes), compute it, a value's host form (computed, or a constant converted on
+ * first use; NULL otherwise), and its integer elements (NULL unless it is an integer host value). */
+bool kiln__onnx_host_node(kiln__onnx_lowering *l, const kiln__onnx_node *n);
+kiln_status kiln__onnx_host_eval(kiln__onnx_lowering *l, const kiln__onnx_node *n);
+const kiln__onnx_host *kiln__onnx_host_of(kiln__onnx_lowering *l, const char *name);
+const int64_t *kiln__onnx_ints_of(kiln__onnx_lowering *l, const char *name, int64_t *n);
+/* Forget every host value and free their scratch (before lowering a key, and at the end). */
+void kiln__onnx_host_reset(kiln__onnx_lowering *l);
+/* Shared by the host and the runtime lowering: the result dims of Identity, Cast, Reshape, Flatten,
+ * Squeeze and Unsqueeze (v: the shape or axes input, NULL when absent), or -1 with *why; Slice's start,
+ * step and count per axis (-1 when its inputs are not known); the flat source index of every output
+ * element of Slice, Transpose, Gather, GatherElements and GatherND (indices known on the host) over data of
+ * the given shape, or -1 with *why. */
+int32_t kiln__onnx_reshape_dims(const kiln__onnx_node *n, int32_t r, const int64_t *in, const int64_t *v,
+                                int64_t nv, int64_t *out, const char **why);
+int32_t kiln__onnx_slice_params(kiln__onnx_lowering *l, const kiln__onnx_node *n, int32_t r,
+                                const int64_t *dims, int64_t *start, int64_t *step, int64_t *count);
+int64_t kiln__onnx_index_map(kiln__onnx_lowering *l, const kiln__onnx_node *n, int32_t x_rank,
+                             const int64_t *x_dims, int32_t *out_rank, int64_t *out_dims, int64_t **idx,
+                             const char **why);
 
 /* The ONNX shape (rank and dims) of a Kiln tensor that holds a rank-r value. */
 void kiln__onnx_shape_of(const kiln_tensor *t, int32_t rank, int64_t *dims);

@@ -44,6 +44,7 @@ static const kiln__onnx_attr_spec constant[] = {{"value", A_T, 0, 0},          {
                                                 {"value_strings", A_SS, 0, 0}, END};
 static const kiln__onnx_attr_spec trilu[] = {{"upper", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec mod[] = {{"fmod", A_I, 0, 0}, END};
+static const kiln__onnx_attr_spec gather_nd[] = {{"batch_dims", A_I, 0, 0}, END};
 
 #define F KILN__T_FLOAT
 #define N KILN__T_NUM
@@ -92,7 +93,10 @@ static const kiln__onnx_op ops[] = {
     {"Greater", 0, 2, 2, 1, 1, N, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
     {"GreaterOrEqual", 0, 2, 2, 1, 1, N, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
     {"Less", 0, 2, 2, 1, 1, N, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
+    {"LessOrEqual", 0, 2, 2, 1, 1, N, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
     {"And", 0, 2, 2, 1, 1, B, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
+    {"Or", 0, 2, 2, 1, 1, B, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
+    {"Xor", 0, 2, 2, 1, 1, B, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
     {"Not", 0, 1, 1, 1, 1, B, 0, 0, KILN__SHAPE_SAME, no_attrs},
     {"IsNaN", 0, 1, 1, 1, 1, F, -1, KILN_ONNX_BOOL, KILN__SHAPE_SAME, no_attrs},
     {"Cast", 0, 1, 1, 1, 1, ANY, -1, 0, KILN__SHAPE_SAME, cast},
@@ -103,6 +107,12 @@ static const kiln__onnx_op ops[] = {
     {"Identity", 0, 1, 1, 1, 1, ANY, 0, 0, KILN__SHAPE_SAME, no_attrs},
     {"Trilu", 14, 1, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_SAME, trilu},
     {"Mod", 0, 2, 2, 1, 1, N, 0, 0, KILN__SHAPE_BROADCAST, mod},
+    {"Max", 0, 1, 127, 1, 1, N, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
+    {"Min", 0, 1, 127, 1, 1, N, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
+    {"Abs", 0, 1, 1, 1, 1, N, 0, 0, KILN__SHAPE_SAME, no_attrs},
+    {"Sin", 0, 1, 1, 1, 1, F, 0, 0, KILN__SHAPE_SAME, no_attrs},
+    {"Cos", 0, 1, 1, 1, 1, F, 0, 0, KILN__SHAPE_SAME, no_attrs},
+    {"GatherND", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_GATHER_ND, gather_nd},
 };
 
 const kiln__onnx_op *kiln__onnx_op_find(const char *op_type) {

@@ -4,8 +4,10 @@
  * The session owns an engine of its own (threads, devices) and one program whose builder is the lowering
  * (onnx_lower.c). A run checks the caller's inputs against the model (names, types, ranks, fixed dims,
  * sizes), binds the dynamic dims into the program's shape key, and runs the plan for that key, compiled
- * on first use. The inputs are read in place; outputs stay in the plan's arena until the next run, and
- * kiln_onnx_session_output copies them out. After a key has been compiled, running it allocates nothing.
+ * on first use. Float inputs are read in place; integer and bool inputs are converted into buffers of the
+ * session's (I32 ids, range-checked against the tables they index, or exact floats up to 2^24). Float
+ * outputs stay in the plan's arena until the next run; integer and bool outputs are converted back after
+ * the run. Once a key has been compiled and its buffers have grown, running it allocates nothing.
  */
 #include "import/onnx/onnx_lower.h"
 
@@ -23,7 +25,27 @@ struct kiln_onnx_session {
     const char **input_names; /* [n_feed], the model's strings */
     kiln_program_plan *last;  /* the plan of the last successful run */
     int64_t runs;
+    struct stage { /* a converted input or output */
+        void *data;
+        size_t cap;
+    } * in_stage, *out_stage; /* [n_feed], [n_outputs] */
 };
+
+/* Bytes of one element of a type Kiln feeds or returns. */
+static size_t elem_size(int32_t type) {
+    return type == KILN_ONNX_INT64 ? 8 : type == KILN_ONNX_BOOL ? 1 : 4;
+}
+
+/* Room for size bytes in a stage (grown, never shrunk). */
+static void *stage_room(struct stage *st, size_t size) {
+    if (size > st->cap) {
+        void *p = kiln__realloc(st->data, KILN__MAX(size, 64));
+        if (!p) return NULL;
+        st->data = p;
+        st->cap = KILN__MAX(size, 64);
+    }
+    return st->data;
+}
 
 kiln_onnx_session_params kiln_onnx_session_params_default(void) {
     kiln_onnx_session_params p;
@@ -53,7 +75,9 @@ static kiln_status start(kiln_onnx_session *s, const kiln_onnx_session_params *p
         return kiln__error(KILN_E_INVALID_ARG, "n_plans %d is negative", params->n_plans);
     if ((st = kiln__onnx_lower_init(&s->lowering, m))) return st;
     s->input_names = kiln__alloc_array((size_t)KILN__MAX(1, m->n_feed), sizeof *s->input_names);
-    if (!s->input_names) return kiln__nomem("an ONNX session's input names");
+    s->in_stage = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *s->in_stage);
+    s->out_stage = kiln__calloc((size_t)KILN__MAX(1, m->n_outputs), sizeof *s->out_stage);
+    if (!s->input_names || !s->in_stage || !s->out_stage) return kiln__nomem("an ONNX session's tables");
     for (int32_t i = 0; i < m->n_feed; i++)
         s->input_names[i] = m->inputs[m->feed[i]].name;
     mp.n_threads = params->n_threads;
@@ -96,6 +120,12 @@ void kiln_onnx_session_destroy(kiln_onnx_session *s) {
     kiln__program_destroy(s->program); /* its only user: no lock needed */
     kiln__engine_destroy(s->engine);
     kiln__onnx_lower_free(&s->lowering);
+    for (int32_t i = 0; s->in_stage && i < s->m->n_feed; i++)
+        kiln__dealloc(s->in_stage[i].data);
+    for (int32_t i = 0; s->out_stage && i < s->m->n_outputs; i++)
+        kiln__dealloc(s->out_stage[i].data);
+    kiln__dealloc(s->in_stage);
+    kiln__dealloc(s->out_stage);
     kiln__dealloc(s->input_names);
     kiln__dealloc(s);
 }
@@ -113,9 +143,9 @@ static kiln_status check_buffer(const kiln_onnx_session *s, int32_t i, const kil
                                 int64_t *key, bool *bound, bool shapes_only) {
     const kiln__onnx_vinfo *info = &kiln__onnx_value_find(s->m, b->name)->info;
     uint64_t n = 1;
-    if (b->type != KILN_ONNX_FLOAT)
-        return kiln__error(KILN_E_INVALID_ARG, "input '%s': type %s given, the model takes float", b->name,
-                           kiln_onnx_type_name(b->type));
+    if ((int32_t)b->type != info->type)
+        return kiln__error(KILN_E_INVALID_ARG, "input '%s': type %s given, the model takes %s", b->name,
+                           kiln_onnx_type_name(b->type), kiln__onnx_type_name(info->type));
     if (b->rank != info->rank)
         return kiln__error(KILN_E_INVALID_ARG, "input '%s': rank %d given, the model takes rank %d", b->name,
                            b->rank, info->rank);
@@ -140,12 +170,82 @@ static kiln_status check_buffer(const kiln_onnx_session *s, int32_t i, const kil
             return kiln__error(KILN_E_RANGE, "input '%s': the element count overflows", b->name);
     }
     if (shapes_only) return KILN_OK;
-    if (!b->data || ((uintptr_t)b->data & 3u))
+    size_t es = elem_size(info->type);
+    if (!b->data || (info->type == KILN_ONNX_FLOAT && ((uintptr_t)b->data & 3u)))
         return kiln__error(KILN_E_INVALID_ARG, "input '%s': data is %s", b->name,
                            b->data ? "not aligned to 4 bytes" : "NULL");
-    if (n > SIZE_MAX / sizeof(float) || b->size != n * sizeof(float))
+    if (n > SIZE_MAX / es || b->size != n * es)
         return kiln__error(KILN_E_INVALID_ARG, "input '%s': %zu bytes given, its shape needs %llu", b->name,
-                           b->size, (unsigned long long)(n * sizeof(float)));
+                           b->size, (unsigned long long)(n * es));
+    return KILN_OK;
+}
+
+/* Input i's data as the lowering holds it: float in place; integers and bools converted (I32 ids within
+ * the rows of the tables they index, negative ids counted from the end; or floats, exact up to 2^24). */
+static kiln_status convert_input(kiln_onnx_session *s, int32_t i, const kiln_onnx_buffer *b, void **data) {
+    size_t es = elem_size(b->type), n = b->size / es;
+    bool ids = s->lowering.feed_type[i] == KILN_TYPE_I32;
+    int64_t rows = s->lowering.feed_rows[i];
+    void *out;
+    if (b->type == KILN_ONNX_FLOAT) return *data = b->data, KILN_OK;
+    if (!(out = stage_room(&s->in_stage[i], n * 4))) return kiln__nomem("an input's conversion");
+    for (size_t j = 0; j < n; j++) {
+        const uint8_t *p = (const uint8_t *)b->data + j * es;
+        int64_t v;
+        if (b->type == KILN_ONNX_INT64) {
+            memcpy(&v, p, 8);
+        } else if (b->type == KILN_ONNX_INT32) {
+            int32_t w;
+            memcpy(&w, p, 4);
+            v = w;
+        } else {
+            v = p[0] != 0;
+        }
+        if (ids) {
+            if (v < -rows || v >= rows)
+                return kiln__error(KILN_E_INVALID_ARG,
+                                   "input '%s': element %zu is %lld, out of [%lld, %lld) (the rows "
+                                   "of the table it indexes)",
+                                   b->name, j, (long long)v, (long long)-rows, (long long)rows);
+            ((int32_t *)out)[j] = (int32_t)(v < 0 ? v + rows : v);
+        } else {
+            if (v > (1 << 24) || v < -(1 << 24))
+                return kiln__error(KILN_E_INVALID_ARG,
+                                   "input '%s': element %zu is %lld; Kiln computes integer "
+                                   "data exactly up to 2^24",
+                                   b->name, j, (long long)v);
+            ((float *)out)[j] = (float)v;
+        }
+    }
+    *data = out;
+    return KILN_OK;
+}
+
+/* After a run: integer and bool outputs converted from the floats that hold them. */
+static kiln_status convert_outputs(kiln_onnx_session *s, kiln_program_plan *plan) {
+    for (int32_t i = 0; i < s->m->n_outputs; i++) {
+        int32_t type = kiln__onnx_value_find(s->m, s->m->outputs[i].name)->info.type;
+        const kiln_tensor *t = kiln__program_output(plan, i);
+        int64_t n = kiln__tensor_nelements(t);
+        uint8_t *out;
+        if (type == KILN_ONNX_FLOAT) continue;
+        if (!(out = stage_room(&s->out_stage[i], (size_t)n * elem_size(type))))
+            return kiln__nomem("an output's conversion");
+        for (int64_t j = 0; j < n; j++) {
+            float v = ((const float *)t->data)[j];
+            if (type == KILN_ONNX_BOOL) {
+                out[j] = v != 0.0f;
+            } else {
+                int64_t w = v == v && v > -9.2e18f && v < 9.2e18f ? (int64_t)v : 0;
+                if (type == KILN_ONNX_INT64)
+                    memcpy(out + 8 * j, &w, 8);
+                else {
+                    int32_t w32 = (int32_t)w;
+                    memcpy(out + 4 * j, &w32, 4);
+                }
+            }
+        }
+    }
     return KILN_OK;
 }
 
@@ -180,11 +280,12 @@ kiln_status kiln_onnx_session_run(kiln_onnx_session *s, const kiln_onnx_buffer *
     if ((st = key_of(s, inputs, n_inputs, key, slot, false))) return st;
     pthread_mutex_lock(&s->engine->lock);
     st = kiln__program_plan(s->program, key, &plan);
-    if (!st) {
-        for (int32_t i = 0; i < s->m->n_feed; i++)
-            kiln__program_bind(plan, i, slot[i]->data);
-        st = kiln__program_run(s->program, plan);
+    for (int32_t i = 0; !st && i < s->m->n_feed; i++) {
+        void *data = NULL;
+        if (!(st = convert_input(s, i, slot[i], &data))) kiln__program_bind(plan, i, data);
     }
+    if (!st) st = kiln__program_run(s->program, plan);
+    if (!st) st = convert_outputs(s, plan);
     pthread_mutex_unlock(&s->engine->lock);
     if (st) return st;
     s->last = plan;
@@ -221,18 +322,19 @@ kiln_status kiln_onnx_session_output(const kiln_onnx_session *s, int32_t i, void
     if (!s->last) return kiln__error(KILN_E_INVALID_ARG, "output %d: no successful run to read", i);
     t = kiln__program_output(s->last, i);
     rank = kiln__onnx_value_find(s->m, s->m->outputs[i].name)->info.rank;
+    int32_t type = kiln__onnx_value_find(s->m, s->m->outputs[i].name)->info.type;
     memset(out, 0, sizeof *out);
     out->name = s->m->outputs[i].name;
-    out->type = KILN_ONNX_FLOAT;
+    out->type = (kiln_onnx_type)type;
     out->rank = rank;
     kiln__onnx_shape_of(t, rank, out->shape);
-    out->data = t->data;
-    out->size = (size_t)kiln__tensor_nelements(t) * sizeof(float);
+    out->data = type == KILN_ONNX_FLOAT ? t->data : s->out_stage[i].data;
+    out->size = (size_t)kiln__tensor_nelements(t) * elem_size(type);
     if (dst) {
         if (dst_size < out->size)
             return kiln__error(KILN_E_RANGE, "output '%s' needs %zu bytes, the buffer holds %zu", out->name,
                                out->size, dst_size);
-        memcpy(dst, t->data, out->size);
+        memcpy(dst, out->data, out->size);
     }
     return KILN_OK;
 }

@@ -539,6 +539,30 @@ static kiln_status infer_gather(const kiln_onnx *m, const kiln__onnx_node *n, sh
     return KILN_OK;
 }
 
+/* GatherND: indices' dims but the last (m, which must be known), then the data's dims past batch_dims + m. */
+static kiln_status infer_gather_nd(const kiln_onnx *m, const kiln__onnx_node *n, shp *out) {
+    shp x = shape_of(input(m, n, 0)), idx = shape_of(input(m, n, 1));
+    int64_t b = attr_int(n, "batch_dims", 0), last;
+    out->rank = -1;
+    if (x.rank < 0 || idx.rank < 0) return KILN_OK;
+    if (idx.rank < 1) return kiln__error(KILN_E_FORMAT, "indices of rank 0");
+    if (b < 0 || b >= KILN__MIN(x.rank, idx.rank))
+        return kiln__error(KILN_E_FORMAT, "batch_dims %lld out of range", (long long)b);
+    last = idx.d[idx.rank - 1].value;
+    if (last < 0) return KILN_OK;
+    if (last < 1 || b + last > x.rank)
+        return kiln__error(KILN_E_FORMAT, "the indices' last dim is %lld for data of rank %d",
+                           (long long)last, x.rank);
+    if (idx.rank - 1 + x.rank - b - last > KILN_MAX_ONNX_RANK)
+        return kiln__error(KILN_E_FORMAT, "the result's rank is over KILN_MAX_ONNX_RANK");
+    out->rank = 0;
+    for (int32_t d = 0; d < idx.rank - 1; d++)
+        out->d[out->rank++] = idx.d[d];
+    for (int64_t d = b + last; d < x.rank; d++)
+        out->d[out->rank++] = x.d[d];
+    return KILN_OK;
+}
+
 /* The shape given by constant input k (Expand, ConstantOfShape), or rank -1. */
 static kiln_status shape_input(const kiln_onnx *m, const kiln__onnx_node *n, int32_t k, shp *out) {
     int64_t t[KILN_MAX_ONNX_RANK], cnt;
@@ -732,6 +756,7 @@ kiln_status kiln__onnx_infer(kiln_onnx *m, const kiln__onnx_node *n) {
     case KILN__SHAPE_SLICE: s = infer_slice(m, n, &out); break;
     case KILN__SHAPE_GATHER: s = infer_gather(m, n, &out, false); break;
     case KILN__SHAPE_GATHER_ELEMENTS: s = infer_gather(m, n, &out, true); break;
+    case KILN__SHAPE_GATHER_ND: s = infer_gather_nd(m, n, &out); break;
     case KILN__SHAPE_EXPAND: {
         shp x = shape_of(input(m, n, 0)), target;
         if (!(s = shape_input(m, n, 1, &target)))
