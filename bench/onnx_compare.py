@@ -6,6 +6,8 @@ run (issue 22, part 6; docs/performance.md, "ONNX models").
     python3 bench/onnx_compare.py                          # the default grid (below)
     python3 bench/onnx_compare.py --models mlp --batch 1 --seq 32 --threads 1 --reps 5
     python3 bench/onnx_compare.py --json results.json      # also write every sample
+    python3 bench/onnx_compare.py --models gpt2 --file gpt2=DIR/gpt2-small.onnx   # an exported model
+    python3 bench/onnx_compare.py --weights q8_0           # also Kiln's INT8 weights: speed and cosine to float
 
 Models, built here with onnx.helper (random weights from a fixed seed, float32, opset 17, batch and
 sequence as dynamic dims, so one file serves every configuration and each side compiles per shape):
@@ -15,6 +17,9 @@ sequence as dynamic dims, so one file serves every configuration and each side c
            Reshape/Transpose to heads, MatMul Q.K^T, Div by 8, Softmax, MatMul with V, Transpose/Reshape
            back, output MatMul + bias, residual Add, LayerNormalization, the mlp above, residual Add,
            LayerNormalization
+  NAME     with --file NAME=PATH: a model exported from PyTorch with int64 input_ids and attention_mask
+           inputs (bench/make_hf_onnx.py makes GPT-2 small and BERT-base, by hand with torch), fed token ids
+           in [0, 1000) and a mask of ones
 Before timing, each configuration's outputs are compared (max |kiln - ort| over max |ort|; the run stops
 when it is over --tol). Timing: after --warmup runs of each, --reps rounds that alternate the two
 engines (the order flips every round), each sample the mean over enough runs to last >= --min-sample
@@ -150,17 +155,28 @@ def main():
     ap.add_argument("--min-sample", type=float, default=0.3, help="seconds each sample lasts at least")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |kiln - ort| / max |ort| allowed")
     ap.add_argument("--json", help="write every sample here")
+    ap.add_argument("--weights", choices=["float", "q8_0"], default="float",
+                    help="q8_0: also time Kiln with its INT8 weights (kiln.weights), against Kiln's float")
+    ap.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
+                    help="an exported model with input_ids and attention_mask, run as model NAME")
     a = ap.parse_args()
+    files = dict(f.split("=", 1) for f in a.file)
     ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
     print(f"CPU: {cpu_name()}")
     print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}; kiln {kiln.__file__}")
     print(f"{a.reps} alternating rounds, samples >= {a.min_sample} s, medians; ratio = ort / kiln (> 1: Kiln faster)")
     print()
-    print("| model | batch | seq | threads | kiln ms | ort ms | ratio | max rel err |")
-    print("|---|---|---|---|---|---|---|---|")
+    q8 = a.weights == "q8_0"
+    if q8:
+        print("| model | batch | seq | threads | kiln ms | ort ms | ratio | max rel err | kiln int8 ms | int8 speed-up | "
+              "int8 cosine |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    else:
+        print("| model | batch | seq | threads | kiln ms | ort ms | ratio | max rel err |")
+        print("|---|---|---|---|---|---|---|---|")
     records = []
     for kind in a.models.split(","):
-        blob = make_model(kind)
+        blob = open(files[kind], "rb").read() if kind in files else make_model(kind)
         for threads in ints(a.threads):
             so = ort.SessionOptions()
             so.intra_op_num_threads = threads
@@ -171,30 +187,47 @@ def main():
             ko = kiln.SessionOptions()
             ko.intra_op_num_threads = threads
             ks = kiln.InferenceSession(blob, ko)
+            if q8:
+                ko.add_session_config_entry("kiln.weights", "q8_0")
+                kq = kiln.InferenceSession(blob, ko)
             for batch in ints(a.batch):
                 for seq in ints(a.seq):
-                    x = np.random.default_rng(batch * 1000 + seq).standard_normal((batch, seq, D)).astype(np.float32)
-                    feed = {"x": x}
+                    rng = np.random.default_rng(batch * 1000 + seq)
+                    if kind in files:
+                        feed = {"input_ids": rng.integers(0, 1000, (batch, seq), dtype=np.int64),
+                                "attention_mask": np.ones((batch, seq), np.int64)}
+                    else:
+                        feed = {"x": rng.standard_normal((batch, seq, D)).astype(np.float32)}
                     want = ref.run(None, feed)[0]
                     got = ks.run(None, feed)[0]
                     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
                     if not err <= a.tol:
                         sys.exit(f"{kind} batch {batch} seq {seq}: Kiln's output differs from onnxruntime's by "
                                  f"{err:.3g} of its scale (--tol {a.tol})")
-                    run_k = lambda: ks.run(None, feed)  # noqa: E731
-                    run_o = lambda: ref.run(None, feed)  # noqa: E731
+                    runs = [lambda: ks.run(None, feed), lambda: ref.run(None, feed)]  # noqa: E731
+                    if q8:
+                        gq = kq.run(None, feed)[0].astype(np.float64).ravel()
+                        w64 = want.astype(np.float64).ravel()
+                        cos = float(gq @ w64 / np.linalg.norm(gq) / np.linalg.norm(w64))
+                        runs.append(lambda: kq.run(None, feed))  # noqa: E731
                     for _ in range(a.warmup):
-                        run_k()
-                        run_o()
-                    k_ms, o_ms = [], []
-                    for r in range(a.reps):
-                        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-                            (k_ms if which == 0 else o_ms).append(sample_ms(run_k if which == 0 else run_o, a.min_sample))
-                    km, om = statistics.median(k_ms), statistics.median(o_ms)
-                    print(f"| {kind} | {batch} | {seq} | {threads} | {km:.2f} | {om:.2f} | {om / km:.2f} | {err:.1e} |",
-                          flush=True)
-                    records.append({"model": kind, "batch": batch, "seq": seq, "threads": threads, "kiln_ms": k_ms,
-                                    "ort_ms": o_ms, "ratio": om / km, "max_rel_err": err})
+                        for run in runs:
+                            run()
+                    ms = [[] for _ in runs]
+                    for r in range(a.reps):  # each round in another order: rotated, and reversed every other
+                        order = list(range(len(runs)))[r % len(runs):] + list(range(len(runs)))[:r % len(runs)]
+                        for which in (order if r % 2 == 0 else order[::-1]):
+                            ms[which].append(sample_ms(runs[which], a.min_sample))
+                    km, om = statistics.median(ms[0]), statistics.median(ms[1])
+                    line = f"| {kind} | {batch} | {seq} | {threads} | {km:.2f} | {om:.2f} | {om / km:.2f} | {err:.1e} |"
+                    rec = {"model": kind, "batch": batch, "seq": seq, "threads": threads, "kiln_ms": ms[0],
+                           "ort_ms": ms[1], "ratio": om / km, "max_rel_err": err}
+                    if q8:
+                        qm = statistics.median(ms[2])
+                        line += f" {qm:.2f} | {km / qm:.2f} | {cos:.5f} |"
+                        rec.update({"kiln_int8_ms": ms[2], "int8_speedup": km / qm, "int8_cosine": cos})
+                    print(line, flush=True)
+                    records.append(rec)
             ks.close() if hasattr(ks, "close") else None
     if a.json:
         with open(a.json, "w") as f:

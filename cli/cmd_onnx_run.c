@@ -16,7 +16,8 @@
 #define MAX_FEEDS 64
 
 static const char run_help[] =
-    "usage: kiln onnx run MODEL --input NAME=FILE.npy [--input ...] [--output-dir DIR] [-t N] [--device D]\n"
+    "usage: kiln onnx run MODEL --input NAME=FILE.npy [--input ...] [--output-dir DIR] [-t N] [--device D] "
+    "[--weights W]\n"
     "\n"
     "Run an ONNX model once. Every input the model takes is given as a .npy file (float32, C order; a model\n"
     "with one input takes --input FILE.npy). Its dynamic dims (batch, sequence) are bound by the arrays'\n"
@@ -28,6 +29,9 @@ static const char run_help[] =
     "  -i, --input NAME=FILE    an input (repeat for each)\n"
     "  -o, --output-dir DIR     write the outputs there (the folder must exist)\n"
     "  -t, --threads N          CPU threads (default: the physical cores)\n"
+    "      --weights W          float (default): as the file holds them; q8_0: MatMul/Gemm weights "
+    "quantized\n"
+    "                           to INT8 at load (blocks of 32 per output channel), run on the int8 kernels\n"
     "      --device D           cpu (default), vulkan[:N] or auto\n"
     "  -h, --help               this text\n";
 
@@ -94,7 +98,11 @@ static void print_output(const kiln_onnx_buffer *o, const char *dir) {
     printf("%s: [", o->name);
     for (int32_t d = 0; d < o->rank; d++)
         printf("%s%" PRId64, d ? ", " : "", o->shape[d]);
-    printf("] float");
+    printf("] %s", kiln_onnx_type_name(o->type));
+    if (dir && o->type != KILN_ONNX_FLOAT) {
+        printf(" (not written: the .npy writer writes float outputs)\n");
+        return;
+    }
     if (dir) {
         at = snprintf(path, sizeof path, "%s/", dir);
         for (const char *c = o->name; *c && at < (int)sizeof path - 5; c++)
@@ -109,14 +117,20 @@ static void print_output(const kiln_onnx_buffer *o, const char *dir) {
             printf(" -> %s\n", path);
         return;
     }
-    size_t n = o->size / sizeof(float);
-    for (size_t i = 0; i < n && i < 8; i++)
-        printf("%s%.6g", i ? " " : ": ", ((const float *)o->data)[i]);
+    size_t es = o->type == KILN_ONNX_INT64 ? 8 : o->type == KILN_ONNX_BOOL ? 1 : 4, n = o->size / es;
+    for (size_t i = 0; i < n && i < 8; i++) {
+        const uint8_t *p = (const uint8_t *)o->data + i * es;
+        double v = o->type == KILN_ONNX_FLOAT   ? ((const float *)o->data)[i]
+                   : o->type == KILN_ONNX_INT64 ? (double)((const int64_t *)o->data)[i]
+                   : o->type == KILN_ONNX_INT32 ? (double)((const int32_t *)o->data)[i]
+                                                : (double)p[0];
+        printf("%s%.6g", i ? " " : ": ", v);
+    }
     printf("%s\n", n > 8 ? " ..." : "");
 }
 
 static int parse_args(int argc, char **argv, const char **model, feed *feeds, int *n_feeds, const char **dir,
-                      cli_engine *e) {
+                      const char **weights, cli_engine *e) {
     for (int i = 2; i < argc; i++) {
         bool ok = true;
         const char *v;
@@ -131,6 +145,8 @@ static int parse_args(int argc, char **argv, const char **model, feed *feeds, in
             feeds[(*n_feeds)++].path = eq ? eq + 1 : v;
         } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output-dir")) {
             if (!cli_arg_str("onnx", argc, argv, &i, dir)) return CLI_USAGE;
+        } else if (!strcmp(argv[i], "--weights")) {
+            if (!cli_arg_str("onnx", argc, argv, &i, weights)) return CLI_USAGE;
         } else if (cli_arg_engine("onnx", argc, argv, &i, e, &ok)) {
             if (!ok) return CLI_USAGE;
         } else if (argv[i][0] == '-') {
@@ -145,7 +161,8 @@ static int parse_args(int argc, char **argv, const char **model, feed *feeds, in
     return CLI_OK;
 }
 
-static int run_model(kiln_onnx *m, feed *feeds, int n_feeds, const char *dir, const cli_engine *e) {
+static int run_model(kiln_onnx *m, feed *feeds, int n_feeds, const char *dir, const char *weights,
+                     const cli_engine *e) {
     kiln_onnx_buffer bufs[MAX_FEEDS];
     kiln_onnx_session_params p = kiln_onnx_session_params_default();
     kiln_onnx_session *s = NULL;
@@ -161,6 +178,7 @@ static int run_model(kiln_onnx *m, feed *feeds, int n_feeds, const char *dir, co
     if (rc) return rc;
     p.n_threads = (int32_t)e->n_threads;
     p.devices = cli_engine_devices(e);
+    p.weights = weights;
     if ((st = kiln_onnx_session_create(m, &p, &s))) return cli_fail("onnx", st, NULL);
     if ((st = kiln_onnx_session_run(s, bufs, n_feeds))) {
         rc = cli_fail("onnx", st, NULL);
@@ -181,18 +199,18 @@ static int run_model(kiln_onnx *m, feed *feeds, int n_feeds, const char *dir, co
 int cmd_onnx_run(int argc, char **argv) {
     feed feeds[MAX_FEEDS];
     int n_feeds = 0, rc;
-    const char *model = NULL, *dir = NULL;
+    const char *model = NULL, *dir = NULL, *weights = NULL;
     cli_engine e;
     kiln_onnx *m = NULL;
     kiln_status st;
     memset(feeds, 0, sizeof feeds);
     memset(&e, 0, sizeof e);
-    rc = parse_args(argc, argv, &model, feeds, &n_feeds, &dir, &e);
+    rc = parse_args(argc, argv, &model, feeds, &n_feeds, &dir, &weights, &e);
     if (rc < 0)
         rc = CLI_OK, model = NULL; /* --help was printed */
     else if (rc == CLI_OK && (st = kiln_onnx_load(model, &m)))
         rc = cli_fail("onnx", st, NULL);
-    if (rc == CLI_OK && model) rc = run_model(m, feeds, n_feeds, dir, &e);
+    if (rc == CLI_OK && model) rc = run_model(m, feeds, n_feeds, dir, weights, &e);
     kiln_onnx_destroy(m);
     for (int i = 0; i < n_feeds; i++) {
         free((void *)feeds[i].name);

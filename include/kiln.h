@@ -1025,6 +1025,11 @@ typedef struct kiln_onnx_session_params {
     int32_t n_threads;   /* CPU threads; 0 = kiln_default_threads() */
     const char *devices; /* backends, as kiln_model_params.devices; NULL or "" = "cpu" */
     int32_t n_plans;     /* shapes kept compiled; 0 = 8 */
+    /* NULL or "float": weights as the file holds them. "q8_0": Kiln's own INT8 quantization at load: every
+     * float 2-D constant that MatMul or Gemm multiplies by (inner dimension a multiple of 32, finite values)
+     * is quantized per output channel in blocks of 32 (Q8_0: int8 values, one float16 scale per 32 weights of
+     * a channel) and run on the int8 kernels; accuracy in docs/onnx.md. Anything else: KILN_E_INVALID_ARG. */
+    const char *weights;
 } kiln_onnx_session_params;
 
 /* Defaults: every field zero or NULL. */

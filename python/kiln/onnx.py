@@ -55,7 +55,7 @@ class _buffer(Structure):
 
 
 class _session_params(Structure):
-    _fields_ = [("n_threads", c_int32), ("devices", c_char_p), ("n_plans", c_int32)]
+    _fields_ = [("n_threads", c_int32), ("devices", c_char_p), ("n_plans", c_int32), ("weights", c_char_p)]
 
 
 _PROTOTYPES = {
@@ -93,13 +93,22 @@ class NodeArg:
 
 class SessionOptions:
     """onnxruntime.SessionOptions: intra_op_num_threads (0 = Kiln's default, the physical cores) is used;
-    the other fields are accepted for compatibility."""
+    the other fields are accepted for compatibility. Kiln's own settings go through onnxruntime's
+    add_session_config_entry: "kiln.weights" = "q8_0" quantizes MatMul/Gemm weights to INT8 at load
+    (kiln_onnx_session_params.weights)."""
 
     def __init__(self) -> None:
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self.graph_optimization_level = None
         self.log_severity_level = 2
+        self._config: Dict[str, str] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[key] = value
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._config[key]
 
 
 def _node_arg(info: _value_info) -> NodeArg:
@@ -139,9 +148,11 @@ class InferenceSession(Handle):
             _lib.check(_lib.lib.kiln_onnx_load(_lib.encode(path, "path"), ctypes.byref(handle)), path)
         self._model._handle = handle.value
         threads = sess_options.intra_op_num_threads if sess_options else 0
+        config = getattr(sess_options, "_config", {}) if sess_options else {}
+        weights = _lib.encode(config["kiln.weights"], "kiln.weights") if "kiln.weights" in config else None
         self._providers = ["CPUExecutionProvider"]
         session = c_void_p()
-        _lib.check(_lib.lib.kiln_onnx_session_create(self._model.handle, ctypes.byref(_session_params(threads, None, 0)),
+        _lib.check(_lib.lib.kiln_onnx_session_create(self._model.handle, ctypes.byref(_session_params(threads, None, 0, weights)),
                                                      ctypes.byref(session)))
         self._handle = session.value
         m = self._model.handle

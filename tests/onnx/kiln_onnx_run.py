@@ -22,7 +22,8 @@ class Buffer(ctypes.Structure):
 
 
 class Params(ctypes.Structure):
-    _fields_ = [("n_threads", ctypes.c_int32), ("devices", ctypes.c_char_p), ("n_plans", ctypes.c_int32)]
+    _fields_ = [("n_threads", ctypes.c_int32), ("devices", ctypes.c_char_p), ("n_plans", ctypes.c_int32),
+                ("weights", ctypes.c_char_p)]
 
 
 _ready = False
@@ -57,14 +58,14 @@ def check(status):
 
 
 class Session:
-    def __init__(self, model, n_threads=1, n_plans=0):
+    def __init__(self, model, n_threads=1, n_plans=0, weights=None):
         L = lib()
         self._data = model if isinstance(model, bytes) else model.SerializeToString()
         self._model = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
         check(L.kiln_onnx_load_memory(self._data, len(self._data), None, ctypes.byref(self._model)))
         try:
-            check(L.kiln_onnx_session_create(self._model, ctypes.byref(Params(n_threads, None, n_plans)),
+            check(L.kiln_onnx_session_create(self._model, ctypes.byref(Params(n_threads, None, n_plans, weights and weights.encode())),
                                              ctypes.byref(self._session)))
         except kv.KilnError:
             L.kiln_onnx_destroy(self._model)

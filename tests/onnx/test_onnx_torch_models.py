@@ -27,6 +27,7 @@ import math
 import pathlib
 
 import numpy as np
+import pytest
 
 import kiln_onnx_run as kr
 import kiln_onnx_view as kv
@@ -131,3 +132,39 @@ def test_models_exported_from_pytorch_run_within_tolerance_or_are_refused_by_nam
               f"{n - n_run} refused by name\n" + "\n".join(lines))
     assert not unexpected, "\n".join(unexpected)
     assert set(RUNS) | set(REFUSED) | set(NOT_EXPORTED) == {(e["model"], e["exporter"]) for e in MANIFEST["files"].values()}
+
+
+# Kiln's own INT8 (kiln_onnx_session_params.weights = "q8_0"): MatMul/Gemm weights quantized at load, per output
+# channel in blocks of 32, and the activations per block of 32 by the int8 kernels. Each rounding is within
+# half a step of amax/127, an rms relative error of about 1/(127 * sqrt(12)) = 0.23% per operand, ~0.3% per
+# dot product; over up to 5 residual sublayers (with attention and normalization amplifying it a few times)
+# the output stays within ~2% relative (rms), i.e. a cosine above 0.9998. The bound, 0.999, allows a relative
+# error of 4.5%: twice that, and far above what a wrong transpose or scale gives (a cosine near 0).
+INT8_COSINE = 0.999
+
+
+def test_kiln_int8_weights_stay_within_a_cosine_of_float_on_every_exported_model():
+    lines = []
+    for stem, entry in MANIFEST["files"].items():
+        if "error" in entry:
+            continue
+        data = np.load(HERE / f"{stem}.npz")
+        feeds, want = shape_data(data, 1)
+        blob = (HERE / f"{stem}.onnx").read_bytes()
+        with kr.Session(blob) as f, kr.Session(blob, weights="q8_0") as q:
+            got_f, got_q = f.run(feeds), q.run(feeds)
+        for name, a, b in zip(f.outputs, got_f, got_q):
+            a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+            cos = float(a64 @ b64 / np.linalg.norm(a64) / np.linalg.norm(b64))
+            ref = want[name].astype(np.float64).ravel()
+            cos_ort = float(ref @ b64 / np.linalg.norm(ref) / np.linalg.norm(b64))
+            lines.append(f"  {stem}: cosine {cos:.6f} to Kiln's float, {cos_ort:.6f} to onnxruntime's; max error "
+                         f"{np.abs(a64 - b64).max() / np.abs(a64).max():.3g} of the output's scale")
+            assert not np.array_equal(a64, b64), f"{stem}: q8_0 gave the float result (nothing quantized)"
+            assert cos >= INT8_COSINE and cos_ort >= INT8_COSINE, lines[-1]
+    print("\nKiln's INT8 weights (q8_0) against float:\n" + "\n".join(lines))
+
+
+def test_an_unknown_weights_setting_is_refused_by_name():
+    with pytest.raises(kv.KilnError, match=r"weights 'int4': give \"float\" or \"q8_0\""):
+        kr.Session((HERE / "mlp-dynamo.onnx").read_bytes(), weights="int4")

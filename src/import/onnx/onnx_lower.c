@@ -11,7 +11,9 @@
 #include "import/onnx/onnx_lower.h"
 
 #include "core/core.h"
+#include "tensor/quantize.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -313,6 +315,41 @@ static kiln_tensor *lower_unary(lower *c) {
     return fail(c, "no lowering for this operator");
 }
 
+/* The weight B (input 1, a float initializer of rank 2) as a Q8_0 leaf of Kiln's [K, N] when the session
+quantizes weights and K is a multiple of 32 (rows_as_is: B is [N, K] already, Gemm's transB = 1); NULL
+otherwise (the float path), or on an error (c->status). Quantized once per session and value. */
+static kiln_tensor *q8_weight(lower *c, bool rows_as_is) {
+    const char *name = c->n->inputs[1];
+    int32_t k = value_index(c->m, name);
+    const kiln__onnx_tensor *t = k >= 0 ? c->m->values[k].init : NULL;
+    void **slot;
+    if (!c->l->q8_weights || !t || t->type != KILN_ONNX_FLOAT || t->rank != 2) return NULL;
+    int64_t K = rows_as_is ? t->dims[1] : t->dims[0], N = rows_as_is ? t->dims[0] : t->dims[1],
+            ne[2] = {K, N};
+    if (K % 32 != 0 || K == 0 || N == 0) return NULL;
+    slot = rows_as_is ? &c->l->q8_rows[k] : &c->l->q8[k];
+    if (!*slot) {
+        const float *b = t->data;
+        float *row = kiln__alloc_array((size_t)K, sizeof *row);
+        uint8_t *q = kiln__alloc_array((size_t)N, (size_t)(K / 32) * 34);
+        bool finite = row && q;
+        for (int64_t n = 0; finite && n < N; n++) {
+            for (int64_t i = 0; i < K; i++) {
+                row[i] = rows_as_is ? b[n * K + i] : b[i * N + n];
+                finite = finite && isfinite(row[i]);
+            }
+            if (finite) kiln__quantize_q8_0(row, q + n * (K / 32) * 34, K);
+        }
+        kiln__dealloc(row);
+        if (!finite) { /* out of memory, or a weight that is not finite: the float path */
+            kiln__dealloc(q);
+            return NULL;
+        }
+        *slot = q;
+    }
+    return kiln__graph_leaf(c->g, name, KILN_TYPE_Q8_0, 2, ne, *slot, KILN_TENSOR_WEIGHT);
+}
+
 /* Y = A . B with numpy's matmul rules (1-D operands promoted and their dim dropped; batch dims broadcast
  * one way). Kiln's matmul is W . X with W [K, N] and X [K, M] -> [N, M]: X is A as it lies, W is B
  * transposed: a copy that constant folding makes once when B is a weight, and that the absorb pass turns
@@ -324,7 +361,8 @@ static kiln_tensor *lower_matmul(lower *c) {
     int64_t dims[KILN_MAX_DIMS + 2];
     int32_t ro = 0;
     if (!a || !b) return NULL;
-    w = rb == 1 ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N, batch] */
+    w = rb == 2 ? q8_weight(c, false) : NULL;
+    if (!w) w = rb == 1 ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N, batch] */
     if (!w) return NULL;
     if (a->ne[2] % w->ne[2] == 0 && a->ne[3] % w->ne[3] == 0) {
         y = kiln__matmul(g, w, a); /* [N, M, batch of A] */
@@ -352,7 +390,8 @@ static kiln_tensor *lower_gemm(lower *c) {
     float alpha = attr_float(c->n, "alpha", 1.0f), beta = attr_float(c->n, "beta", 1.0f);
     if (!a || !b || c->status) return NULL;
     x = attr_int(c->n, "transA", 0) ? kiln__cont(g, kiln__transpose(g, a)) : a; /* [K, M] */
-    w = attr_int(c->n, "transB", 0) ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N] */
+    w = q8_weight(c, attr_int(c->n, "transB", 0) != 0);
+    if (!w) w = attr_int(c->n, "transB", 0) ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N] */
     y = kiln__matmul(g, w, x);
     if (y && alpha != 1.0f) y = kiln__scale(g, y, alpha, 0.0f);
     if (!bias || !y) return y;
@@ -991,8 +1030,11 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
     l->host = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->host);
     l->big = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->big);
     l->feed_type = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->feed_type);
+    l->q8 = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->q8);
+    l->q8_rows = kiln__calloc((size_t)KILN__MAX(1, m->n_values), sizeof *l->q8_rows);
     l->feed_rows = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *l->feed_rows);
-    if (!l->axis_sym || !l->vals || !l->sym_store || !l->host || !l->big || !l->feed_type || !l->feed_rows)
+    if (!l->axis_sym || !l->vals || !l->sym_store || !l->host || !l->big || !l->q8 || !l->q8_rows ||
+        !l->feed_type || !l->feed_rows)
         return kiln__nomem("an ONNX lowering's tables");
     for (int32_t i = 0; i < m->n_feed; i++)
         if ((s = check_input(l, i))) return s;
@@ -1029,6 +1071,12 @@ void kiln__onnx_lower_free(kiln__onnx_lowering *l) {
     for (int32_t i = 0; i < l->n_leaves; i++)
         kiln__dealloc(l->leaves[i].data);
     kiln__dealloc(l->leaves);
+    for (int32_t i = 0; l->q8 && l->q8_rows && i < l->m->n_values; i++) {
+        kiln__dealloc(l->q8[i]);
+        kiln__dealloc(l->q8_rows[i]);
+    }
+    kiln__dealloc(l->q8);
+    kiln__dealloc(l->q8_rows);
     kiln__dealloc(l->feed_type);
     kiln__dealloc(l->feed_rows);
     memset(l, 0, sizeof *l);

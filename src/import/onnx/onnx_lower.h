@@ -80,6 +80,11 @@ typedef struct kiln__onnx_lowering {
      * I32, the rows of the tables it indexes (ids are checked against it when bound). */
     kiln_type *feed_type;
     int64_t *feed_rows;
+    /* kiln_onnx_session_params.weights "q8_0": MatMul/Gemm weights quantized once per session, per value
+     * (q8: the weight transposed to Kiln's [K, N], as MatMul and Gemm transB = 0 read it; q8_rows: as it lies,
+     * Gemm transB = 1). */
+    bool q8_weights;
+    void **q8, **q8_rows;
 } kiln__onnx_lowering;
 
 /* Check that the fed inputs can be run (float, rank <= 4, every dim known or dynamic) and lay out the

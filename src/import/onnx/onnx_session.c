@@ -73,7 +73,12 @@ static kiln_status start(kiln_onnx_session *s, const kiln_onnx_session_params *p
                            KILN_PROGRAM_MAX_INPUTS);
     if (params->n_plans < 0)
         return kiln__error(KILN_E_INVALID_ARG, "n_plans %d is negative", params->n_plans);
+    if (params->weights && params->weights[0] && strcmp(params->weights, "float") != 0 &&
+        strcmp(params->weights, "q8_0") != 0)
+        return kiln__error(KILN_E_INVALID_ARG, "weights '%.32s': give \"float\" or \"q8_0\"",
+                           params->weights);
     if ((st = kiln__onnx_lower_init(&s->lowering, m))) return st;
+    s->lowering.q8_weights = params->weights && !strcmp(params->weights, "q8_0");
     s->input_names = kiln__alloc_array((size_t)KILN__MAX(1, m->n_feed), sizeof *s->input_names);
     s->in_stage = kiln__calloc((size_t)KILN__MAX(1, m->n_feed), sizeof *s->in_stage);
     s->out_stage = kiln__calloc((size_t)KILN__MAX(1, m->n_outputs), sizeof *s->out_stage);
