@@ -656,6 +656,7 @@ static double unary_ref(int fn, double x) {
     case KILN_UNARY_NEG: return -x;
     case KILN_UNARY_RECIP: return 1.0 / x;
     case KILN_UNARY_NOT: return x == 0.0 ? 1.0 : 0.0;
+    case KILN_UNARY_ROUND: return nearbyint(x);
     default: return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); /* KILN_UNARY_GELU_ERF */
     }
 }
@@ -691,6 +692,7 @@ static void sub_div_and_unary_functions_match_libm(void) {
             if (fn == KILN_UNARY_SQRT || fn == KILN_UNARY_LOG) c.a[i] = fabsf(c.a[i]) + 1e-3f;
             if (fn == KILN_UNARY_RECIP) c.a[i] = c.b[i];
             if (fn == KILN_UNARY_NOT && i % 3 == 0) c.a[i] = i % 2 ? -0.0f : 0.0f; /* both zeros are false */
+            if (fn == KILN_UNARY_ROUND && i % 4 == 0) c.a[i] = (float)(i / 4 % 9) - 4.5f; /* ties: to even */
         }
         c.op = 2 + fn;
         run_all_threads(build_onnx_elem, &c, out, (size_t)n);
@@ -728,7 +730,31 @@ static void where_picks_x_where_the_condition_holds_and_y_elsewhere(void) {
             harness_fail(__FILE__, __LINE__, "where: element %d is %g, expected %g", i, out[i], ref[i]);
 }
 
+/* reduce_max: each row's largest element, -inf rows included, a NaN anywhere in a row making it NaN. */
+typedef struct rmax_case {
+    float x[7 * 3];
+} rmax_case;
+
+static kiln_tensor *build_rmax(kiln_graph *g, void *user) {
+    return kiln__reduce_max(g, leaf_f32(g, "x", 2, 7, 3, 1, 1, ((rmax_case *)user)->x));
+}
+
+static void reduce_max_takes_the_largest_of_each_row(void) {
+    static rmax_case c;
+    static float out[3];
+    fill_random(c.x, 21, 51);
+    for (int i = 7; i < 14; i++) c.x[i] = -INFINITY;
+    c.x[17] = NAN;
+    run_all_threads(build_rmax, &c, out, 3);
+    float m0 = c.x[0];
+    for (int i = 1; i < 7; i++) m0 = c.x[i] > m0 ? c.x[i] : m0;
+    CHECK(out[0] == m0);
+    CHECK(out[1] == -INFINITY);
+    CHECK(isnan(out[2]));
+}
+
 int main(void) {
+    RUN(reduce_max_takes_the_largest_of_each_row);
     RUN(where_picks_x_where_the_condition_holds_and_y_elsewhere);
     RUN(rms_norm_silu_and_softmax_match_the_reference);
     RUN(add_and_mul_broadcast_the_second_operand);

@@ -88,6 +88,7 @@ typedef enum kiln_op {
     KILN_OP_UNARY,        /* src0 F32 -> f(x) per element, f = i[0] (KILN_UNARY_*) */
     KILN_OP_WHERE,        /* src0 F32 condition (non-zero: true), src1 x, src2 y F32 -> x where true, y where
                            * not; the result has src0's shape, x and y broadcast to it as in ADD */
+    KILN_OP_REDUCE_MAX,   /* src0 F32 [n, ...] -> [1, ...]: the largest element of each row (NaN if one is NaN) */
     KILN_OP_COUNT
 } kiln_op;
 
@@ -105,6 +106,7 @@ enum {
     KILN_UNARY_RECIP,       /* 1 / x */
     KILN_UNARY_GELU_ERF,    /* 0.5 x (1 + erf(x / sqrt(2))): GELU's exact form */
     KILN_UNARY_NOT,         /* x == 0 ? 1 : 0 (a boolean held as 0 or 1; NaN counts as true) */
+    KILN_UNARY_ROUND,       /* x rounded to the nearest integer, ties to even (ONNX's Round, QuantizeLinear) */
     KILN_UNARY_COUNT
 };
 
@@ -222,6 +224,8 @@ kiln_tensor *kiln__div(kiln_graph *g, kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln__unary(kiln_graph *g, kiln_tensor *x, int32_t fn);
 /* cond ? x : y per element of cond's shape (x and y broadcast to it). */
 kiln_tensor *kiln__where(kiln_graph *g, kiln_tensor *cond, kiln_tensor *x, kiln_tensor *y);
+/* The max of each row: [n, ...] -> [1, ...]. */
+kiln_tensor *kiln__reduce_max(kiln_graph *g, kiln_tensor *x);
 
 /* The plain (unfused) tanh-approximation GELU, as builders emit it: 8 nodes that the GELU fusion
  * recognizes. */

@@ -26,7 +26,7 @@ static const char *const op_names[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR] = "linear",     [KILN_OP_ADD_ACT] = "add_act",   [KILN_OP_RMS_NORM_MUL] = "rms_norm_mul",
     [KILN_OP_SWIGLU] = "swiglu",     [KILN_OP_GELU] = "gelu",         [KILN_OP_SET] = "set",           [KILN_OP_CAST] = "cast",
     [KILN_OP_ACC] = "acc",           [KILN_OP_NORM] = "norm",
-    [KILN_OP_SUB] = "sub",           [KILN_OP_DIV] = "div",           [KILN_OP_UNARY] = "unary",          [KILN_OP_WHERE] = "where",
+    [KILN_OP_SUB] = "sub",           [KILN_OP_DIV] = "div",           [KILN_OP_UNARY] = "unary",          [KILN_OP_WHERE] = "where", [KILN_OP_REDUCE_MAX] = "reduce_max",
 };
 
 const char *kiln__op_name(kiln_op op) {
@@ -346,6 +346,10 @@ static kiln_status infer(const kiln_tensor *t, shape *out) {
             if (x->ne[d] % t->src[1]->ne[d] != 0 || x->ne[d] % t->src[2]->ne[d] != 0)
                 return bad(t, "values do not broadcast to the condition", t->src[1], t->src[2]);
         shape_of(x, out);
+        return KILN_OK;
+    case KILN_OP_REDUCE_MAX:
+        if ((s = need_f32(t, x))) return s;
+        *out = (shape){KILN_TYPE_F32, x->n_dims, {1, x->ne[1], x->ne[2], x->ne[3]}};
         return KILN_OK;
     case KILN_OP_NONE:
     case KILN_OP_COUNT: break;
@@ -749,6 +753,10 @@ kiln_tensor *kiln__div(kiln_graph *g, kiln_tensor *a, kiln_tensor *b) {
 
 kiln_tensor *kiln__unary(kiln_graph *g, kiln_tensor *x, int32_t fn) {
     return make_node(g, KILN_OP_UNARY, x, NULL, NULL, &fn, 1, NULL, 0);
+}
+
+kiln_tensor *kiln__reduce_max(kiln_graph *g, kiln_tensor *x) {
+    return make_node(g, KILN_OP_REDUCE_MAX, x, NULL, NULL, NULL, 0, NULL, 0);
 }
 
 kiln_tensor *kiln__where(kiln_graph *g, kiln_tensor *cond, kiln_tensor *x, kiln_tensor *y) {

@@ -39,6 +39,7 @@ kiln_cpu_kernel kiln__cpu_kernel(kiln_op op) {
     case KILN_OP_DIV: return kiln__cpu_div;
     case KILN_OP_UNARY: return kiln__cpu_unary;
     case KILN_OP_WHERE: return kiln__cpu_where;
+    case KILN_OP_REDUCE_MAX: return kiln__cpu_reduce_max;
     case KILN_OP_NONE:
     case KILN_OP_RESHAPE:
     case KILN_OP_VIEW:

@@ -55,6 +55,7 @@ void kiln__cpu_rms_norm(const kiln_cpu_args *a);
 void kiln__cpu_add(const kiln_cpu_args *a);
 void kiln__cpu_sub(const kiln_cpu_args *a);
 void kiln__cpu_where(const kiln_cpu_args *a);
+void kiln__cpu_reduce_max(const kiln_cpu_args *a);
 void kiln__cpu_div(const kiln_cpu_args *a);
 void kiln__cpu_mul(const kiln_cpu_args *a);
 void kiln__cpu_matmul(const kiln_cpu_args *a);

@@ -9,6 +9,7 @@
 
 #include "tensor/types.h"
 
+#include <math.h>
 #include <string.h>
 
 void kiln__cpu_get_rows(const kiln_cpu_args *a) {
@@ -85,6 +86,25 @@ void kiln__cpu_where(const kiln_cpu_args *a) {
             out[i] = cv != 0.0f ? *(const float *)(xr + (i % x->ne[0]) * (int64_t)x->nb[0])
                                 : *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);
         }
+    }
+}
+
+/* The max of each row (NaN propagates). */
+void kiln__cpu_reduce_max(const kiln_cpu_args *a) {
+    const kiln_tensor *x = a->dst->src[0];
+    int64_t r0, r1;
+    kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        kiln__cpu_row_index(x, r, &i1, &i2, &i3);
+        const char *xr = kiln__cpu_row(x, i1, i2, i3);
+        float m = -INFINITY;
+        for (int64_t i = 0; i < x->ne[0]; i++) {
+            float v = *(const float *)(xr + i * (int64_t)x->nb[0]);
+            m = v > m || v != v ? v : m;
+            if (m != m) break;
+        }
+        *(float *)kiln__cpu_row(a->dst, i1, i2, i3) = m;
     }
 }
 

@@ -78,6 +78,7 @@ static float unary_fn_of(const kiln_tensor *n, float x) {
     case KILN_UNARY_RECIP: return 1.0f / x;
     case KILN_UNARY_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case KILN_UNARY_NOT: return x == 0.0f ? 1.0f : 0.0f;
+    case KILN_UNARY_ROUND: return nearbyintf(x); /* the default rounding mode: ties to even */
     default: return x;
     }
 }
