@@ -38,7 +38,7 @@ _TYPE_NAMES = {1: "tensor(float)", 2: "tensor(uint8)", 3: "tensor(int8)", 4: "te
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int32): 6,
            np.dtype(np.int64): 7, np.dtype(np.bool_): 9, np.dtype(np.float16): 10, np.dtype(np.float64): 11}
 
-_NUMPY = {code: dtype for dtype, code in _DTYPES.items()}
+_NUMPY = {code: dtype for dtype, code in _DTYPES.items()}  # outputs: float32, int64, int32, uint8, int8, bool
 
 
 class _dim(Structure):

@@ -29,7 +29,7 @@ class Params(ctypes.Structure):
 _ready = False
 
 
-_TYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_}  # the ONNX element types a session feeds
+_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_}  # the ONNX element types a session feeds
 _CODES = {np.dtype(t): c for c, t in _TYPES.items()}
 
 

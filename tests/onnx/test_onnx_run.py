@@ -278,8 +278,8 @@ def test_a_model_kiln_reads_but_does_not_run_is_refused_by_node_and_operator():
     with kr.Session(model) as s:
         with pytest.raises(kv.KilnError, match=r"node 0 'cmp' \(Greater, opset 17\): Kiln reads this operator but"):
             s.run({"x": np.zeros(2, np.float32)})
-    model = make([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.UINT8, [2])],
-                 [h.make_tensor_value_info("y", T.UINT8, [2])])
+    model = make([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.FLOAT16, [2])],
+                 [h.make_tensor_value_info("y", T.FLOAT16, [2])])
     with pytest.raises(kv.KilnError, match=r"Identity"):
         kr.Session(model)
 
@@ -310,14 +310,16 @@ def test_integer_and_bool_inputs_run_exactly_up_to_2_to_the_24_and_are_refused_b
 
 RUNS = set("""Add Sub Mul Div Relu Tanh Sigmoid Erf Sqrt Exp Log Neg Reciprocal Gelu Identity MatMul Gemm Softmax
 LayerNormalization Transpose Reshape Flatten Squeeze Unsqueeze ReduceMean ReduceSum Pow Gather GatherElements GatherND
-Slice Split Concat Expand Where And Or Xor Not Cast Shape""".split())
+Slice Split Concat Expand Where And Or Xor Not Cast Shape ReduceMax QuantizeLinear DequantizeLinear
+DynamicQuantizeLinear MatMulInteger""".split())
 
 # The operators Kiln computes on the host when their inputs are known from shapes (onnx_host.c: masks,
 # position ids, rotary tables). Their node tests run a second time with every fed input made an initializer,
 # so that the whole case is computed on the host.
 HOST = set("""Shape Identity Reshape Flatten Squeeze Unsqueeze Cast Concat Gather GatherElements GatherND Slice Expand
 Where Range ConstantOfShape Transpose Trilu Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not IsNaN Add Sub
-Mul Div Mod Pow Max Min Neg Abs Relu Sqrt Reciprocal Exp Log Sin Cos Tanh Sigmoid Erf""".split())
+Mul Div Mod Pow Max Min Neg Abs Relu Sqrt Reciprocal Exp Log Sin Cos Tanh Sigmoid Erf QuantizeLinear
+DequantizeLinear""".split())
 
 # Cases Kiln does not pass, with the reason (docs/onnx.md lists them too). By the refusal whole groups share:
 # a parameter (axes, starts and ends, a shape, split sizes, Gather's indices into computed data) fed at run

@@ -78,7 +78,8 @@ static int32_t index_of(const kiln__onnx_lowering *l, const char *name) {
 }
 
 static bool held_type(int32_t t) {
-    return t == KILN_ONNX_FLOAT || t == KILN_ONNX_INT64 || t == KILN_ONNX_INT32 || t == KILN_ONNX_BOOL;
+    return t == KILN_ONNX_FLOAT || t == KILN_ONNX_INT64 || t == KILN_ONNX_INT32 || t == KILN_ONNX_BOOL ||
+           t == KILN_ONNX_UINT8 || t == KILN_ONNX_INT8;
 }
 
 /* A fresh value of type and shape, storage from the scratch; NULL when over the limits. */
@@ -86,7 +87,8 @@ static kiln__onnx_host *make(kiln__onnx_lowering *l, kiln__onnx_host *h, int32_t
                              const int64_t *dims) {
     int64_t n = 1;
     memset(h, 0, sizeof *h);
-    h->type = type == KILN_ONNX_INT32 ? KILN_ONNX_INT64 : type;
+    h->type =
+        type == KILN_ONNX_INT32 || type == KILN_ONNX_UINT8 || type == KILN_ONNX_INT8 ? KILN_ONNX_INT64 : type;
     h->rank = rank;
     for (int32_t d = 0; d < rank; d++) {
         if (dims[d] < 0 || __builtin_mul_overflow(n, dims[d], &n) || n > KILN_ONNX_HOST_MAX) return NULL;
@@ -120,6 +122,10 @@ const kiln__onnx_host *kiln__onnx_host_of(kiln__onnx_lowering *l, const char *na
             int32_t v;
             memcpy(&v, p + 4 * j, 4);
             h.i[j] = v;
+        } else if (t->type == KILN_ONNX_UINT8) {
+            h.i[j] = p[j];
+        } else if (t->type == KILN_ONNX_INT8) {
+            h.i[j] = (int8_t)p[j];
         } else {
             h.i[j] = p[j] != 0;
         }
@@ -792,13 +798,64 @@ static kiln_status eval_trilu(kiln__onnx_lowering *l, const kiln__onnx_node *n, 
     return KILN_OK;
 }
 
+/* DequantizeLinear, (x - zero_point) * scale, and QuantizeLinear, saturate(round(x / scale) + zero_point):
+ * per tensor (a scalar scale) or per channel along axis (a scale per index of that axis). */
+static kiln_status eval_quant(kiln__onnx_lowering *l, const kiln__onnx_node *n,
+                              const kiln__onnx_host *const *in, kiln__onnx_host *out) {
+    const kiln__onnx_host *x = in[0], *sc = in[1], *zp = in[2];
+    const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "axis");
+    bool dq = is(n->op_type, "DequantizeLinear");
+    int64_t axis = a ? a->i : 1, inner = 1, ch = 1;
+    int32_t zt = zp ? kiln__onnx_value_find(l->m, n->inputs[2])->info.type : KILN_ONNX_UINT8;
+    if (!sc || !sc->f || (zp && zp->n != sc->n) || (zp && !zp->i))
+        return fail(l, n, "bad scale or zero point");
+    if (sc->n > 1) {
+        if (axis < 0) axis += x->rank;
+        if (axis < 0 || axis >= x->rank || x->dims[axis] != sc->n)
+            return fail(l, n, "scales do not match the axis");
+        ch = sc->n;
+        for (int32_t d = (int32_t)axis + 1; d < x->rank; d++)
+            inner *= x->dims[d];
+    }
+    if (!make(l, out, dq ? KILN_ONNX_FLOAT : KILN_ONNX_INT64, x->rank, x->dims))
+        return fail(l, n, "out of scratch");
+    for (int64_t j = 0; j < x->n; j++) {
+        int64_t c = ch > 1 ? (j / inner) % ch : 0, z = zp ? zp->i[c] : 0;
+        if (dq) {
+            out->f[j] = (float)((double)((float)(fget(x, j) - (double)z)) * sc->f[c]);
+        } else {
+            double q = nearbyint((double)(float)(fget(x, j) / sc->f[c])) + (double)z;
+            q = q != q ? 0.0 : q; /* NaN: 0, where an integer type cannot say NaN */
+            double lo = zt == KILN_ONNX_INT8 ? -128 : 0, hi = zt == KILN_ONNX_INT8 ? 127 : 255;
+            out->i[j] = (int64_t)(q < lo ? lo : q > hi ? hi : q);
+        }
+    }
+    return KILN_OK;
+}
+
 /* ---- Which nodes, and the evaluation ---- */
 
 static bool host_op(const char *op) {
-    static const char *const ops[] = {"Shape",           "Identity",  "Reshape", "Flatten", "Squeeze",
-                                      "Unsqueeze",       "Cast",      "Concat",  "Gather",  "GatherElements",
-                                      "GatherND",        "Slice",     "Expand",  "Where",   "Range",
-                                      "ConstantOfShape", "Transpose", "Trilu"};
+    static const char *const ops[] = {"Shape",
+                                      "Identity",
+                                      "Reshape",
+                                      "Flatten",
+                                      "Squeeze",
+                                      "Unsqueeze",
+                                      "Cast",
+                                      "Concat",
+                                      "Gather",
+                                      "GatherElements",
+                                      "GatherND",
+                                      "Slice",
+                                      "Expand",
+                                      "Where",
+                                      "Range",
+                                      "ConstantOfShape",
+                                      "Transpose",
+                                      "Trilu",
+                                      "DequantizeLinear",
+                                      "QuantizeLinear"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (is(op, ops[i])) return true;
     return is_binary(op) || is_unary(op);
@@ -938,6 +995,8 @@ kiln_status kiln__onnx_host_eval(kiln__onnx_lowering *l, const kiln__onnx_node *
         } else {
             return fail(l, n, "a value of type %s", kiln__onnx_type_name(a->t->type));
         }
+    } else if (is(op, "DequantizeLinear") || is(op, "QuantizeLinear")) {
+        s = eval_quant(l, n, in, &out);
     } else if (is(op, "Trilu")) {
         s = eval_trilu(l, n, in[0], &out);
     } else if (is_unary(op)) {

@@ -191,6 +191,7 @@ enum kiln__onnx_shape_rule {
     KILN__SHAPE_GATHER,
     KILN__SHAPE_GATHER_ELEMENTS,
     KILN__SHAPE_GATHER_ND,
+    KILN__SHAPE_DYNAMIC_QUANTIZE, /* y as x (uint8), y_scale (float) and y_zero_point (uint8) scalars */
     KILN__SHAPE_EXPAND,
     KILN__SHAPE_SHAPE,
     KILN__SHAPE_CONSTANT_OF_SHAPE,
@@ -206,6 +207,7 @@ enum kiln__onnx_shape_rule {
 #define KILN__T_BOOL KILN__TBIT(9)
 #define KILN__T_NUM (KILN__T_FLOAT | KILN__T_INT)
 #define KILN__T_ANY (KILN__T_NUM | KILN__T_BOOL)
+#define KILN__T_Q8 (KILN__TBIT(2) | KILN__TBIT(3)) /* uint8, int8: quantized tensors (Q/DQ, MatMulInteger) */
 
 /* How the output type follows: as input `type_from`, or a fixed type. */
 typedef struct kiln__onnx_op {

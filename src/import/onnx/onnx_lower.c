@@ -69,15 +69,31 @@ static int32_t rank_of(lower *c, const char *name) {
 }
 
 /* A weight leaf over a constant's bytes (an initializer, a Constant, or a value folded at load). */
+static void *keep_bytes(lower *c, const void *bytes, size_t size);
+
+/* A weight leaf over a constant: float in place; uint8 and int8 (quantized weights, embeddings) converted
+ * to exact floats once and kept for the session. */
 static kiln_tensor *const_leaf(lower *c, const kiln__onnx_tensor *init, const char *name) {
     int64_t ne[KILN_MAX_DIMS];
-    if (init->type != KILN_ONNX_FLOAT)
+    const void *data = init->data;
+    bool bytes = init->type == KILN_ONNX_UINT8 || init->type == KILN_ONNX_INT8;
+    if (init->type != KILN_ONNX_FLOAT && !bytes)
         return fail(c, "'%s' is a %s constant: Kiln computes float tensors only at run time", name,
                     kiln__onnx_type_name(init->type));
     if (init->rank > KILN_MAX_DIMS) return fail(c, "'%s' has rank %d (Kiln runs up to 4)", name, init->rank);
     if (init->n_elements == 0) return fail(c, "'%s' is empty (Kiln runs no empty tensors)", name);
+    if (bytes) {
+        float *v = kiln__alloc_array((size_t)init->n_elements, sizeof *v);
+        if (!v) return c->status = kiln__nomem("a quantized constant"), NULL;
+        for (uint64_t i = 0; i < init->n_elements; i++)
+            v[i] = init->type == KILN_ONNX_INT8 ? (float)((const int8_t *)init->data)[i]
+                                                : (float)((const uint8_t *)init->data)[i];
+        data = keep_bytes(c, v, (size_t)init->n_elements * sizeof *v);
+        kiln__dealloc(v);
+        if (!data) return NULL;
+    }
     ne_of(init->rank, init->dims, ne);
-    return kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, init->rank), ne, (void *)init->data,
+    return kiln__graph_leaf(c->g, name, KILN_TYPE_F32, KILN__MAX(1, init->rank), ne, (void *)data,
                             KILN_TENSOR_WEIGHT);
 }
 
@@ -157,8 +173,9 @@ static kiln_tensor *operand(lower *c, int32_t i) {
     if (!name[0]) return NULL;
     k = value_index(c->m, name);
     if (k < 0) return fail(c, "input '%s' has no value", name);
-    if (!c->l->vals[k] && c->m->values[k].init && c->m->values[k].init->type == KILN_ONNX_FLOAT &&
-        !c->l->host[k].type)
+    if (!c->l->vals[k] && c->m->values[k].init && !c->l->host[k].type &&
+        (c->m->values[k].init->type == KILN_ONNX_FLOAT || c->m->values[k].init->type == KILN_ONNX_UINT8 ||
+         c->m->values[k].init->type == KILN_ONNX_INT8))
         c->l->vals[k] = const_leaf(c, c->m->values[k].init, name);
     if (!c->l->vals[k] && !c->status) {
         const kiln__onnx_host *h = kiln__onnx_host_of(c->l, name);
@@ -215,6 +232,8 @@ static bool broadcasts_to(const kiln_tensor *b, const kiln_tensor *a) {
 }
 
 static kiln_tensor *reduce_weights(lower *c, int64_t n, float value);
+static void put_output(lower *c, int32_t i, kiln_tensor *t);
+static int32_t dims_in(lower *c, const kiln_tensor *x, int32_t i, int64_t *dims);
 
 /* x broadcast to the shape ne (each of x's dims is ne's or 1), as a product with ones of that shape (exact);
  * the ones are a constant of the session's (reduce_weights). */
@@ -354,14 +373,13 @@ static kiln_tensor *q8_weight(lower *c, bool rows_as_is) {
  * one way). Kiln's matmul is W . X with W [K, N] and X [K, M] -> [N, M]: X is A as it lies, W is B
  * transposed: a copy that constant folding makes once when B is a weight, and that the absorb pass turns
  * into a transposed read when B is an activation. */
-static kiln_tensor *lower_matmul(lower *c) {
+static kiln_tensor *matmul_of(lower *c, kiln_tensor *a, kiln_tensor *b, kiln_tensor *w) {
     kiln_graph *g = c->g;
-    kiln_tensor *a = operand(c, 0), *b = operand(c, 1), *w, *y;
+    kiln_tensor *y;
     int32_t ra = rank_of(c, c->n->inputs[0]), rb = rank_of(c, c->n->inputs[1]);
     int64_t dims[KILN_MAX_DIMS + 2];
     int32_t ro = 0;
     if (!a || !b) return NULL;
-    w = rb == 2 ? q8_weight(c, false) : NULL;
     if (!w) w = rb == 1 ? b : kiln__cont(g, kiln__transpose(g, b)); /* [K, N, batch] */
     if (!w) return NULL;
     if (a->ne[2] % w->ne[2] == 0 && a->ne[3] % w->ne[3] == 0) {
@@ -381,6 +399,96 @@ static kiln_tensor *lower_matmul(lower *c) {
     if (rb > 1) dims[ro++] = y->ne[0];
     if (ro == 0) dims[ro++] = 1; /* a dot product: a scalar, held as [1] */
     return reshape_to(c, y, ro, dims);
+}
+
+static kiln_tensor *lower_matmul(lower *c) {
+    kiln_tensor *a = operand(c, 0), *b = operand(c, 1);
+    return a && b ? matmul_of(c, a, b, rank_of(c, c->n->inputs[1]) == 2 ? q8_weight(c, false) : NULL) : NULL;
+}
+
+/* A zero point (input i, optional) shaped to broadcast against a matrix operand: per row of A ([M] as
+ * [M, 1]) or per column of B ([N]), or a scalar. */
+static kiln_tensor *zero_point(lower *c, int32_t i, bool per_row) {
+    kiln_tensor *z = operand(c, i);
+    if (!z || !per_row || kiln__tensor_nelements(z) == 1) return z;
+    return kiln__reshape_2d(c->g, z, 1, kiln__tensor_nelements(z));
+}
+
+/* MatMulInteger: (A - a_zero_point) . (B - b_zero_point), the integers held as floats (the products exact,
+ * the sums rounded to float32 beyond 2^24: the graph reads them through a float Cast and scales). */
+static kiln_tensor *lower_matmul_integer(lower *c) {
+    kiln_tensor *a = operand(c, 0), *b = operand(c, 1), *az = zero_point(c, 2, true),
+                *bz = zero_point(c, 3, false);
+    if (!a || !b || c->status) return NULL;
+    if (az) a = broadcast(c, KILN_OP_SUB, a, az);
+    if (bz) b = broadcast(c, KILN_OP_SUB, b, bz);
+    return matmul_of(c, a, b, NULL);
+}
+
+/* clamp(x, lo, hi) for integer-valued x (exact): lo + relu(x - lo) - relu(x - hi). */
+static kiln_tensor *clamp_int(lower *c, kiln_tensor *x, float lo, float hi) {
+    kiln_graph *g = c->g;
+    kiln_tensor *above = kiln__relu(g, kiln__scale(g, x, 1.0f, -lo)),
+                *over = kiln__relu(g, kiln__scale(g, x, 1.0f, -hi));
+    return kiln__scale(g, kiln__sub(g, above, over), 1.0f, lo);
+}
+
+/* A scale or zero point of QuantizeLinear/DequantizeLinear shaped to broadcast along the axis of x. */
+static kiln_tensor *per_axis(lower *c, kiln_tensor *x, int32_t i) {
+    kiln_tensor *v = operand(c, i);
+    int32_t r = rank_of(c, c->n->inputs[0]);
+    int64_t axis = attr_int(c->n, "axis", 1), ne[KILN_MAX_DIMS] = {1, 1, 1, 1}, n;
+    if (!v || (n = kiln__tensor_nelements(v)) == 1) return v;
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r || r > KILN_MAX_DIMS || x->ne[r - 1 - axis] != n)
+        return fail(c, "per-channel parameters that do not match axis %lld", (long long)axis);
+    ne[r - 1 - axis] = n;
+    return kiln__reshape(c->g, v, KILN_MAX_DIMS, ne);
+}
+
+/* QuantizeLinear, saturate(round(x / scale) + zero_point), and DequantizeLinear, (x - zero_point) * scale, on
+ * run-time values (integers held as floats); on constants the host computes them. */
+static kiln_tensor *lower_quant(lower *c) {
+    kiln_tensor *x = operand(c, 0), *scale, *zp;
+    bool int8 = c->n->n_inputs > 2 && c->n->inputs[2][0] &&
+                kiln__onnx_value_find(c->m, c->n->inputs[2])->info.type == KILN_ONNX_INT8;
+    if (!x) return NULL;
+    scale = per_axis(c, x, 1);
+    zp = c->n->n_inputs > 2 && c->n->inputs[2][0] ? per_axis(c, x, 2) : NULL;
+    if (!scale || c->status) return NULL;
+    int64_t dims[KILN_MAX_ONNX_RANK];
+    int32_t r = dims_in(c, x, 0, dims);
+    if (r > KILN_MAX_DIMS && (kiln__tensor_nelements(scale) != 1 || (zp && kiln__tensor_nelements(zp) != 1)))
+        return fail(c, "per-channel parameters on a value of rank %d (Kiln runs per-tensor ones there)", r);
+    kiln_tensor *y;
+    if (!strcmp(c->n->op_type, "DequantizeLinear")) {
+        y = broadcast(c, KILN_OP_MUL, zp ? broadcast(c, KILN_OP_SUB, x, zp) : x, scale);
+    } else {
+        y = kiln__unary(c->g, broadcast(c, KILN_OP_DIV, x, scale), KILN_UNARY_ROUND);
+        if (zp) y = broadcast(c, KILN_OP_ADD, y, zp);
+        y = clamp_int(c, y, int8 ? -128.0f : 0.0f, int8 ? 127.0f : 255.0f);
+    }
+    return r > KILN_MAX_DIMS ? reshape_to(c, y, r, dims) : y; /* the ONNX shape kept beside it */
+}
+
+/* DynamicQuantizeLinear: scale = (max(0, max x) - min(0, min x)) / 255, zero_point = round(saturate(-min(0,
+ * min x) / scale)), y = saturate(round(x / scale) + zero_point), as ONNX defines it (uint8). */
+static kiln_tensor *lower_dynamic_quantize(lower *c) {
+    kiln_graph *g = c->g;
+    kiln_tensor *x = operand(c, 0), *flat, *hi, *lo, *scale, *zp, *y;
+    int64_t n;
+    if (!x) return NULL;
+    n = kiln__tensor_nelements(x);
+    flat = kiln__reshape(g, kiln__tensor_is_contiguous(x) ? x : kiln__cont(g, x), 1, &n);
+    hi = kiln__relu(g, kiln__reduce_max(g, flat));                                 /* max(0, max x) */
+    lo = kiln__relu(g, kiln__reduce_max(g, kiln__unary(g, flat, KILN_UNARY_NEG))); /* -min(0, min x) */
+    scale = kiln__div(g, kiln__add(g, hi, lo), reduce_weights(c, 1, 255.0f));
+    zp = kiln__unary(g, clamp_int(c, kiln__div(g, lo, scale), 0.0f, 255.0f), KILN_UNARY_ROUND);
+    y = clamp_int(c, kiln__add(g, kiln__unary(g, broadcast(c, KILN_OP_DIV, x, scale), KILN_UNARY_ROUND), zp),
+                  0.0f, 255.0f);
+    put_output(c, 1, scale);
+    put_output(c, 2, zp);
+    return y;
 }
 
 /* Y = alpha op(A) op(B) + beta C, C broadcast to [M, N]. */
@@ -494,8 +602,8 @@ static kiln_tensor *lower_layer_norm(lower *c) {
     return bias ? broadcast(c, KILN_OP_ADD, y, bias) : y;
 }
 
-/* ReduceMean and ReduceSum over any axes: the reduced Kiln dims are moved innermost (a copy unless they
- * already are), merged into rows of K, and multiplied by a vector of 1/K or 1. */
+/* ReduceMean, ReduceSum and ReduceMax over any axes: the reduced Kiln dims are moved innermost (a copy unless
+ * they already are), merged into rows of K, and multiplied by a vector of 1/K or 1. */
 static kiln_tensor *lower_reduce(lower *c) {
     kiln_graph *g = c->g;
     kiln_tensor *x = operand(c, 0), *xr;
@@ -524,7 +632,9 @@ static kiln_tensor *lower_reduce(lower *c) {
     ne[0] = K;
     xr = kiln__permute(g, x, axes[0], axes[1], axes[2], axes[3]);
     xr = kiln__reshape(g, kiln__tensor_is_contiguous(xr) ? xr : kiln__cont(g, xr), KILN_MAX_DIMS, ne);
-    kiln_tensor *y = kiln__matmul(g, reduce_weights(c, K, mean ? 1.0f / (float)K : 1.0f), xr); /* [1, rest] */
+    kiln_tensor *y = !strcmp(c->n->op_type, "ReduceMax") /* [1, rest] */
+                         ? kiln__reduce_max(g, xr)
+                         : kiln__matmul(g, reduce_weights(c, K, mean ? 1.0f / (float)K : 1.0f), xr);
     for (int32_t i = 0; i < r; i++)
         if (!reduced[r - 1 - i] || keep) dims[ro++] = reduced[r - 1 - i] ? 1 : x->ne[r - 1 - i];
     if (ro == 0) dims[ro++] = 1; /* a scalar, held as [1] */
@@ -838,26 +948,51 @@ static const struct {
     const char *op;
     lower_fn fn;
 } lowerings[] = {
-    {"Add", lower_binary},          {"Sub", lower_binary},
-    {"Mul", lower_binary},          {"Div", lower_binary},
-    {"Relu", lower_unary},          {"Tanh", lower_unary},
-    {"Sigmoid", lower_unary},       {"Erf", lower_unary},
-    {"Sqrt", lower_unary},          {"Exp", lower_unary},
-    {"Log", lower_unary},           {"Neg", lower_unary},
-    {"Reciprocal", lower_unary},    {"Gelu", lower_unary},
-    {"Identity", lower_reshape},    {"Cast", lower_unary},
-    {"MatMul", lower_matmul},       {"Gemm", lower_gemm},
-    {"Softmax", lower_softmax},     {"LayerNormalization", lower_layer_norm},
-    {"Transpose", lower_transpose}, {"Reshape", lower_reshape},
-    {"Flatten", lower_reshape},     {"Squeeze", lower_reshape},
-    {"Unsqueeze", lower_reshape},   {"ReduceMean", lower_reduce},
-    {"ReduceSum", lower_reduce},    {"Pow", lower_pow},
-    {"Gather", lower_gather},       {"GatherElements", lower_gather},
-    {"GatherND", lower_gather},     {"Slice", lower_slice},
-    {"Split", lower_split},         {"Concat", lower_concat},
-    {"Expand", lower_expand},       {"Where", lower_where},
-    {"And", lower_logic},           {"Or", lower_logic},
-    {"Xor", lower_logic},           {"Not", lower_logic},
+    {"Add", lower_binary},
+    {"Sub", lower_binary},
+    {"Mul", lower_binary},
+    {"Div", lower_binary},
+    {"Relu", lower_unary},
+    {"Tanh", lower_unary},
+    {"Sigmoid", lower_unary},
+    {"Erf", lower_unary},
+    {"Sqrt", lower_unary},
+    {"Exp", lower_unary},
+    {"Log", lower_unary},
+    {"Neg", lower_unary},
+    {"Reciprocal", lower_unary},
+    {"Gelu", lower_unary},
+    {"Identity", lower_reshape},
+    {"Cast", lower_unary},
+    {"MatMul", lower_matmul},
+    {"Gemm", lower_gemm},
+    {"Softmax", lower_softmax},
+    {"LayerNormalization", lower_layer_norm},
+    {"Transpose", lower_transpose},
+    {"Reshape", lower_reshape},
+    {"Flatten", lower_reshape},
+    {"Squeeze", lower_reshape},
+    {"Unsqueeze", lower_reshape},
+    {"ReduceMean", lower_reduce},
+    {"ReduceSum", lower_reduce},
+    {"Pow", lower_pow},
+    {"Gather", lower_gather},
+    {"GatherElements", lower_gather},
+    {"GatherND", lower_gather},
+    {"Slice", lower_slice},
+    {"Split", lower_split},
+    {"Concat", lower_concat},
+    {"Expand", lower_expand},
+    {"Where", lower_where},
+    {"And", lower_logic},
+    {"Or", lower_logic},
+    {"Xor", lower_logic},
+    {"Not", lower_logic},
+    {"MatMulInteger", lower_matmul_integer},
+    {"QuantizeLinear", lower_quant},
+    {"DequantizeLinear", lower_quant},
+    {"DynamicQuantizeLinear", lower_dynamic_quantize},
+    {"ReduceMax", lower_reduce},
 };
 
 /* ---- The builder ---- */
@@ -873,7 +1008,7 @@ static kiln_status lower_node(lower *c, const kiln__onnx_node *n) {
         if (!strcmp(n->op_type, lowerings[i].op)) fn = lowerings[i].fn;
     if (!fn) return fail(c, "Kiln reads this operator but does not run it yet"), c->status;
     if (rank_of(c, n->outputs[0]) > KILN_MAX_DIMS && fn != lower_reshape && fn != lower_gather &&
-        fn != lower_slice && fn != lower_expand && fn != lower_transpose)
+        fn != lower_slice && fn != lower_expand && fn != lower_transpose && fn != lower_quant)
         return fail(c, "the result has rank %d (Kiln runs up to 4)", rank_of(c, n->outputs[0])), c->status;
     c->out_rank = 0;
     y = fn(c);
@@ -956,6 +1091,24 @@ static kiln_status add_sym(kiln__onnx_lowering *l, const char *sym, int8_t *out)
     return KILN_OK;
 }
 
+bool kiln__onnx_fed_type(int32_t t) {
+    return t == KILN_ONNX_FLOAT || t == KILN_ONNX_INT64 || t == KILN_ONNX_INT32 || t == KILN_ONNX_UINT8 ||
+           t == KILN_ONNX_INT8 || t == KILN_ONNX_BOOL;
+}
+
+/* The constant table behind a Gather's data: an initializer (float, uint8, int8; rank >= 1), or one
+ * dequantized by DequantizeLinear (quantize_static's embeddings); NULL otherwise. */
+static const kiln__onnx_tensor *table_of(const kiln_onnx *m, const char *name) {
+    const kiln__onnx_value *v = kiln__onnx_value_find(m, name);
+    if (v && !v->init && v->producer >= 0 && !strcmp(m->nodes[v->producer].op_type, "DequantizeLinear"))
+        v = kiln__onnx_value_find(m, m->nodes[v->producer].inputs[0]);
+    if (!v || !v->init || v->init->rank < 1 ||
+        (v->init->type != KILN_ONNX_FLOAT && v->init->type != KILN_ONNX_UINT8 &&
+         v->init->type != KILN_ONNX_INT8))
+        return NULL;
+    return v->init;
+}
+
 /* Is the value `name` read only as the ids of Gathers (axis 0) from constant tables, directly or through
  * Reshape, Flatten, Squeeze, Unsqueeze and Identity, or by Shape? rows: the fewest rows of those tables.
  * Such a fed integer input is held as I32 ids; any other is held as exact floats. */
@@ -976,11 +1129,9 @@ static bool indexes_only(const kiln_onnx *m, const char *name, int64_t *rows, in
                 continue;
             }
             const kiln__onnx_attr *ax = kiln__onnx_find_attr(n, "axis");
-            const kiln__onnx_value *t = kiln__onnx_value_find(m, n->inputs[0]);
-            if (strcmp(op, "Gather") != 0 || j != 1 || (ax && ax->i != 0) || !t || !t->init ||
-                t->init->rank < 1 || t->init->type != KILN_ONNX_FLOAT)
-                return false;
-            if (t->init->dims[0] < *rows) *rows = t->init->dims[0];
+            const kiln__onnx_tensor *t = table_of(m, n->inputs[0]);
+            if (strcmp(op, "Gather") != 0 || j != 1 || (ax && ax->i != 0) || !t) return false;
+            if (t->dims[0] < *rows) *rows = t->dims[0];
             used = true;
         }
     }
@@ -995,11 +1146,10 @@ static kiln_status check_input(kiln__onnx_lowering *l, int32_t i) {
     if (strlen(name) >= KILN_MAX_NAME)
         return kiln__error(KILN_E_UNSUPPORTED, "input '%.40s...': names over %d bytes are not run", name,
                            KILN_MAX_NAME - 1);
-    if (info->type != KILN_ONNX_FLOAT && info->type != KILN_ONNX_INT64 && info->type != KILN_ONNX_INT32 &&
-        info->type != KILN_ONNX_BOOL)
+    if (!kiln__onnx_fed_type(info->type))
         return kiln__error(KILN_E_UNSUPPORTED,
-                           "input '%s' is %s: Kiln runs float, int64, int32 and bool inputs", name,
-                           kiln__onnx_type_name(info->type));
+                           "input '%s' is %s: Kiln runs float, int64, int32, uint8, int8 and bool inputs",
+                           name, kiln__onnx_type_name(info->type));
     if (info->rank < 0 || info->rank > KILN_MAX_DIMS)
         return kiln__error(KILN_E_UNSUPPORTED, "input '%s' has rank %d: Kiln runs ranks 0 to 4", name,
                            info->rank);
@@ -1040,11 +1190,11 @@ kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m) {
         if ((s = check_input(l, i))) return s;
     for (int32_t i = 0; i < m->n_outputs; i++) {
         const kiln__onnx_value *v = kiln__onnx_value_find(m, m->outputs[i].name);
-        if (v->info.type != KILN_ONNX_FLOAT && v->info.type != KILN_ONNX_INT64 &&
-            v->info.type != KILN_ONNX_INT32 && v->info.type != KILN_ONNX_BOOL)
-            return kiln__error(KILN_E_UNSUPPORTED,
-                               "output '%s' is %s: Kiln runs float, int64, int32 and bool outputs",
-                               m->outputs[i].name, kiln__onnx_type_name(v->info.type));
+        if (!kiln__onnx_fed_type(v->info.type))
+            return kiln__error(
+                KILN_E_UNSUPPORTED,
+                "output '%s' is %s: Kiln runs float, int64, int32, uint8, int8 and bool outputs",
+                m->outputs[i].name, kiln__onnx_type_name(v->info.type));
     }
     for (int32_t i = 0; i < m->n_feed; i++) {
         const kiln__onnx_value *v = kiln__onnx_value_find(m, m->inputs[m->feed[i]].name);

@@ -92,6 +92,9 @@ typedef struct kiln__onnx_lowering {
 kiln_status kiln__onnx_lower_init(kiln__onnx_lowering *l, const kiln_onnx *m);
 void kiln__onnx_lower_free(kiln__onnx_lowering *l);
 
+/* The element types a session takes and returns (float, int64, int32, uint8, int8, bool). */
+bool kiln__onnx_fed_type(int32_t type);
+
 /* Tensors the graph for a key needs room for (every node lowers to a few, the passes add some). */
 int32_t kiln__onnx_lower_capacity(const kiln__onnx_lowering *l);
 

@@ -45,6 +45,7 @@ static const kiln__onnx_attr_spec constant[] = {{"value", A_T, 0, 0},          {
 static const kiln__onnx_attr_spec trilu[] = {{"upper", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec mod[] = {{"fmod", A_I, 0, 0}, END};
 static const kiln__onnx_attr_spec gather_nd[] = {{"batch_dims", A_I, 0, 0}, END};
+static const kiln__onnx_attr_spec quantize[] = {{"axis", A_I, 0, 0}, {"saturate", A_I, 19, 0}, END};
 
 #define F KILN__T_FLOAT
 #define N KILN__T_NUM
@@ -77,17 +78,17 @@ static const kiln__onnx_op ops[] = {
     {"ReduceMean", 0, 1, 2, 1, 1, N, 0, 0, KILN__SHAPE_REDUCE, reduce_attr_axes},
     {"ReduceSum", 0, 1, 2, 1, 1, N, 0, 0, KILN__SHAPE_REDUCE, reduce_sum},
     {"ReduceMax", 0, 1, 2, 1, 1, N, 0, 0, KILN__SHAPE_REDUCE, reduce_attr_axes},
-    {"Transpose", 0, 1, 1, 1, 1, ANY, 0, 0, KILN__SHAPE_TRANSPOSE, transpose},
-    {"Reshape", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_RESHAPE, reshape},
-    {"Flatten", 0, 1, 1, 1, 1, ANY, 0, 0, KILN__SHAPE_FLATTEN, axis},
-    {"Squeeze", 0, 1, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_SQUEEZE, no_attrs},
-    {"Unsqueeze", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_UNSQUEEZE, no_attrs},
-    {"Concat", 0, 1, 127, 1, 1, ANY, 0, 0, KILN__SHAPE_CONCAT, axis},
-    {"Split", 0, 1, 2, 1, 127, ANY, 0, 0, KILN__SHAPE_SPLIT, split},
-    {"Slice", 0, 3, 5, 1, 1, ANY, 0, 0, KILN__SHAPE_SLICE, no_attrs},
-    {"Gather", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_GATHER, axis},
-    {"GatherElements", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_GATHER_ELEMENTS, axis},
-    {"Expand", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_EXPAND, no_attrs},
+    {"Transpose", 0, 1, 1, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_TRANSPOSE, transpose},
+    {"Reshape", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_RESHAPE, reshape},
+    {"Flatten", 0, 1, 1, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_FLATTEN, axis},
+    {"Squeeze", 0, 1, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_SQUEEZE, no_attrs},
+    {"Unsqueeze", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_UNSQUEEZE, no_attrs},
+    {"Concat", 0, 1, 127, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_CONCAT, axis},
+    {"Split", 0, 1, 2, 1, 127, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_SPLIT, split},
+    {"Slice", 0, 3, 5, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_SLICE, no_attrs},
+    {"Gather", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_GATHER, axis},
+    {"GatherElements", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_GATHER_ELEMENTS, axis},
+    {"Expand", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_EXPAND, no_attrs},
     {"Where", 0, 3, 3, 1, 1, B, 1, 0, KILN__SHAPE_BROADCAST, no_attrs},
     {"Equal", 0, 2, 2, 1, 1, ANY, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
     {"Greater", 0, 2, 2, 1, 1, N, -1, KILN_ONNX_BOOL, KILN__SHAPE_BROADCAST, no_attrs},
@@ -104,7 +105,7 @@ static const kiln__onnx_op ops[] = {
     {"ConstantOfShape", 0, 1, 1, 1, 1, I, -1, 0, KILN__SHAPE_CONSTANT_OF_SHAPE, constant_of_shape},
     {"Range", 0, 3, 3, 1, 1, N, 0, 0, KILN__SHAPE_RANGE, no_attrs},
     {"Constant", 0, 0, 0, 1, 1, ANY, -1, 0, KILN__SHAPE_CONSTANT, constant},
-    {"Identity", 0, 1, 1, 1, 1, ANY, 0, 0, KILN__SHAPE_SAME, no_attrs},
+    {"Identity", 0, 1, 1, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_SAME, no_attrs},
     {"Trilu", 14, 1, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_SAME, trilu},
     {"Mod", 0, 2, 2, 1, 1, N, 0, 0, KILN__SHAPE_BROADCAST, mod},
     {"Max", 0, 1, 127, 1, 1, N, 0, 0, KILN__SHAPE_BROADCAST, no_attrs},
@@ -112,7 +113,12 @@ static const kiln__onnx_op ops[] = {
     {"Abs", 0, 1, 1, 1, 1, N, 0, 0, KILN__SHAPE_SAME, no_attrs},
     {"Sin", 0, 1, 1, 1, 1, F, 0, 0, KILN__SHAPE_SAME, no_attrs},
     {"Cos", 0, 1, 1, 1, 1, F, 0, 0, KILN__SHAPE_SAME, no_attrs},
-    {"GatherND", 0, 2, 2, 1, 1, ANY, 0, 0, KILN__SHAPE_GATHER_ND, gather_nd},
+    {"GatherND", 0, 2, 2, 1, 1, ANY | KILN__T_Q8, 0, 0, KILN__SHAPE_GATHER_ND, gather_nd},
+    /* Q/DQ INT8, as onnxruntime's quantize_dynamic and quantize_static write it (per tensor, per channel). */
+    {"QuantizeLinear", 13, 2, 3, 1, 1, F, -1, KILN_ONNX_UINT8, KILN__SHAPE_SAME, quantize},
+    {"DequantizeLinear", 13, 2, 3, 1, 1, KILN__T_Q8 | KILN__TBIT(6), 1, 0, KILN__SHAPE_SAME, quantize},
+    {"DynamicQuantizeLinear", 0, 1, 1, 3, 3, F, -1, KILN_ONNX_UINT8, KILN__SHAPE_DYNAMIC_QUANTIZE, no_attrs},
+    {"MatMulInteger", 0, 2, 4, 1, 1, KILN__T_Q8, -1, KILN_ONNX_INT32, KILN__SHAPE_MATMUL, no_attrs},
 };
 
 const kiln__onnx_op *kiln__onnx_op_find(const char *op_type) {

@@ -33,7 +33,9 @@ struct kiln_onnx_session {
 
 /* Bytes of one element of a type Kiln feeds or returns. */
 static size_t elem_size(int32_t type) {
-    return type == KILN_ONNX_INT64 ? 8 : type == KILN_ONNX_BOOL ? 1 : 4;
+    return type == KILN_ONNX_INT64                                                       ? 8
+           : type == KILN_ONNX_BOOL || type == KILN_ONNX_UINT8 || type == KILN_ONNX_INT8 ? 1
+                                                                                         : 4;
 }
 
 /* Room for size bytes in a stage (grown, never shrunk). */
@@ -203,6 +205,10 @@ static kiln_status convert_input(kiln_onnx_session *s, int32_t i, const kiln_onn
             int32_t w;
             memcpy(&w, p, 4);
             v = w;
+        } else if (b->type == KILN_ONNX_UINT8) {
+            v = p[0];
+        } else if (b->type == KILN_ONNX_INT8) {
+            v = (int8_t)p[0];
         } else {
             v = p[0] != 0;
         }
@@ -240,6 +246,8 @@ static kiln_status convert_outputs(kiln_onnx_session *s, kiln_program_plan *plan
             float v = ((const float *)t->data)[j];
             if (type == KILN_ONNX_BOOL) {
                 out[j] = v != 0.0f;
+            } else if (type == KILN_ONNX_UINT8 || type == KILN_ONNX_INT8) {
+                out[j] = (uint8_t)(int32_t)(v == v && v > -1e9f && v < 1e9f ? v : 0.0f); /* exact integers */
             } else {
                 int64_t w = v == v && v > -9.2e18f && v < 9.2e18f ? (int64_t)v : 0;
                 if (type == KILN_ONNX_INT64)

@@ -681,8 +681,8 @@ static kiln_status check_types(const kiln_onnx *m, const kiln__onnx_node *n) {
     bool where = op->shape == KILN__SHAPE_BROADCAST && op->type_from == 1;
     /* Pow's exponent has a type of its own (T1); the other broadcasting operators share T. */
     bool shared = (op->shape == KILN__SHAPE_BROADCAST && strcmp(op->name, "Pow") != 0) ||
-                  op->shape == KILN__SHAPE_MATMUL || op->shape == KILN__SHAPE_GEMM ||
-                  op->shape == KILN__SHAPE_CONCAT;
+                  (op->shape == KILN__SHAPE_MATMUL && strcmp(op->name, "MatMulInteger") != 0) ||
+                  op->shape == KILN__SHAPE_GEMM || op->shape == KILN__SHAPE_CONCAT;
     const kiln__onnx_value *v0 = input(m, n, 0);
     int32_t t0 = v0 ? v0->info.type : 0;
     if (t0 && ((uint32_t)t0 >= 32 || !(op->types & KILN__TBIT(t0))))
@@ -723,6 +723,13 @@ static kiln_status out_type(const kiln_onnx *m, const kiln__onnx_node *n, int32_
             return kiln__error(KILN_E_UNSUPPORTED, "casting to %s is not supported",
                                kiln__onnx_type_name((int32_t)to));
         *type = (int32_t)to;
+    } else if (!strcmp(op->name, "QuantizeLinear") && n->n_inputs > 2 && n->inputs[2][0]) {
+        const kiln__onnx_value *zp = input(m, n, 2);
+        *type = zp ? zp->info.type : 0; /* the zero point's type; uint8 without one */
+        if (*type && *type != KILN_ONNX_UINT8 && *type != KILN_ONNX_INT8)
+            return kiln__error(KILN_E_UNSUPPORTED,
+                               "a zero point of type %s (Kiln quantizes to uint8 and int8)",
+                               kiln__onnx_type_name(*type));
     } else if (op->shape == KILN__SHAPE_CONSTANT_OF_SHAPE) {
         const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "value");
         if (a && a->t->n_elements != 1)
@@ -757,6 +764,14 @@ kiln_status kiln__onnx_infer(kiln_onnx *m, const kiln__onnx_node *n) {
     case KILN__SHAPE_GATHER: s = infer_gather(m, n, &out, false); break;
     case KILN__SHAPE_GATHER_ELEMENTS: s = infer_gather(m, n, &out, true); break;
     case KILN__SHAPE_GATHER_ND: s = infer_gather_nd(m, n, &out); break;
+    case KILN__SHAPE_DYNAMIC_QUANTIZE: {
+        shp scalar = {0, {{0, NULL}}};
+        out = shape_of(input(m, n, 0));
+        if ((s = set_out(m, n, 1, KILN_ONNX_FLOAT, &scalar)) ||
+            (s = set_out(m, n, 2, KILN_ONNX_UINT8, &scalar)))
+            return s;
+        break;
+    }
     case KILN__SHAPE_EXPAND: {
         shp x = shape_of(input(m, n, 0)), target;
         if (!(s = shape_input(m, n, 1, &target)))
