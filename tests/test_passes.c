@@ -290,6 +290,23 @@ static void fuse_gelu_recognizes_the_erf_form_in_each_grouping(void) {
         check_pass("fuse_gelu", build_gelu_erf, KILN_OP_UNARY, KILN_OP_DIV, 1e-6);
 }
 
+/* The tanh approximation as GPT-2's "gelu_new" exports it: every constant a one-element tensor multiplied or
+ * added, x^3 as Pow's product x * x * x, 0.5 * x first. */
+static float C044[1] = {0.044715f}, CSqrt2Pi[1] = {0.7978845608028654f};
+static kiln_tensor *build_gelu_tanh_exported(kiln_graph *g) {
+    kiln_tensor *x = leaf(g, "x", A, 2, 16, 4, 1, KILN_TENSOR_INPUT);
+    kiln_tensor *c1 = leaf(g, "one", One, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *ch = leaf(g, "half", Half, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *ca = leaf(g, "c044", C044, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *cs = leaf(g, "csqrt2pi", CSqrt2Pi, 1, 1, 1, 1, KILN_TENSOR_WEIGHT);
+    kiln_tensor *cube = kiln__mul(g, kiln__mul(g, x, x), x);
+    kiln_tensor *inner = kiln__mul(g, kiln__add(g, x, kiln__mul(g, cube, ca)), cs);
+    return kiln__mul(g, kiln__mul(g, x, ch), kiln__add(g, kiln__tanh(g, inner), c1));
+}
+static void fuse_gelu_recognizes_the_tanh_form_gpt2_exports(void) {
+    check_pass("fuse_gelu", build_gelu_tanh_exported, KILN_OP_GELU, KILN_OP_TANH, 1e-6);
+}
+
 static kiln_tensor *build_qkv(kiln_graph *g) {
     kiln_tensor *x = leaf(g, "x", A, 2, 16, 3, 1, KILN_TENSOR_INPUT);
     kiln_tensor *q = kiln__matmul(g, leaf(g, "wq", W, 2, 16, 8, 1, KILN_TENSOR_WEIGHT), x);
@@ -410,6 +427,7 @@ int main(void) {
     RUN(fuse_attention_fuses_every_layer_that_shares_one_mask);
     RUN(fuse_gelu_recognizes_the_tanh_approximation);
     RUN(fuse_gelu_recognizes_the_erf_form_in_each_grouping);
+    RUN(fuse_gelu_recognizes_the_tanh_form_gpt2_exports);
     RUN(fuse_qkv_merges_three_projections_of_one_input);
     RUN(fuse_qkv_leaves_projections_whose_readers_need_whole_rows);
     RUN(fuse_swiglu_merges_gate_activation_and_product);

@@ -56,6 +56,18 @@ static void binary(const kiln_cpu_args *a, kiln_op op) {
             (is_mul ? isa->mul_f32 : isa->add_f32)(out, (const float *)xr, (const float *)yr, x->ne[0]);
             continue;
         }
+        if (x->nb[0] == sizeof(float) && y->ne[0] == 1) { /* a scalar per row (a constant): dense loops */
+            const float *xv = (const float *)xr, yv = *(const float *)yr;
+            for (int64_t i = 0; i < x->ne[0]; i++)
+                out[i] = binary_op(op, xv[i], yv);
+            continue;
+        }
+        if (x->nb[0] == sizeof(float) && y->nb[0] == sizeof(float) && y->ne[0] == x->ne[0]) { /* sub, div */
+            const float *xv = (const float *)xr, *yv = (const float *)yr;
+            for (int64_t i = 0; i < x->ne[0]; i++)
+                out[i] = binary_op(op, xv[i], yv[i]);
+            continue;
+        }
         for (int64_t i = 0; i < x->ne[0]; i++) {
             float xv = *(const float *)(xr + i * (int64_t)x->nb[0]);
             float yv = *(const float *)(yr + (i % y->ne[0]) * (int64_t)y->nb[0]);

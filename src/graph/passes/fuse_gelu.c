@@ -1,17 +1,14 @@
 /*
- * fuse_gelu.c - recognize the tanh approximation of GELU as builders write it (kiln__gelu_unfused):
+ * fuse_gelu.c - recognize GELU's two forms and replace each subgraph by one op:
  *
- *   mul(scale(x, 0.5), scale(tanh(scale(add(x, scale(mul(mul(x, x), x), 0.044715)), sqrt(2/pi))), 1, +1))
+ *   x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   -> gelu(x): the tanh approximation, as builders
+ *                                        write it (kiln__gelu_unfused) and as GPT-2's "gelu_new" exports
+ *   x * 0.5 * (1 + erf(x / sqrt(2)))     -> unary(x, GELU_ERF): the exact form (torch's nn.GELU, BERT's gelu)
  *
- * and replace the subgraph by gelu(x); and GELU's exact form as exporters write it (torch's nn.GELU and
- * Hugging Face's gelu in ONNX):
- *
- *   x * 0.5 * (1 + erf(x / sqrt(2)))     grouped (x * (1 + erf)) * 0.5, (x * 0.5) * (1 + erf) or
- *                                        x * ((1 + erf) * 0.5) (torch's TorchScript and dynamo exporters)
- *
- * where "* c" is a scale or a mul by a one-element constant, "/ c" a div by one (or a mul by 1/c), and
- * "1 +" a scale with bias 1 or an add of a one-element constant 1, and replace it by unary(x, GELU_ERF).
- * Operands of mul and add may come in either order; the constants must match to 1e-6 relative.
+ * each in any grouping: (x * (1 + f)) * 0.5, (x * 0.5) * (1 + f) or x * ((1 + f) * 0.5) (torch's TorchScript
+ * and dynamo exporters differ), where "* c" is a scale or a mul by a one-element constant, "/ c" a div by
+ * one (or a mul by 1/c), "1 +" a scale with bias 1 or an add of a one-element constant 1, and x^3 a product
+ * x * x * x. Operands of mul and add may come in either order; the constants must match to 1e-6 relative.
  */
 #include "graph/passes/passes.h"
 #include "graph/passes/match.h"
@@ -28,30 +25,6 @@ static bool is_cube_of(const kiln_tensor *t, const kiln_tensor *x) {
         if (t->src[1 - k] == x && is_op(sq, KILN_OP_MUL) && sq->src[0] == x && sq->src[1] == x) return true;
     }
     return false;
-}
-
-/* The inner argument x of add(x, scale(cube(x), 0.044715)), or NULL. */
-static kiln_tensor *inner_arg(const kiln_tensor *add) {
-    if (!is_op(add, KILN_OP_ADD)) return NULL;
-    for (int k = 0; k < 2; k++) {
-        kiln_tensor *x = add->src[k];
-        const kiln_tensor *sc = add->src[1 - k];
-        if (is_scale(sc, 0.044715f, 0.0f) && is_cube_of(sc->src[0], x)) return x;
-    }
-    return NULL;
-}
-
-static kiln_tensor *match(const kiln_tensor *t) {
-    if (!is_op(t, KILN_OP_MUL)) return NULL;
-    for (int k = 0; k < 2; k++) {
-        const kiln_tensor *half = t->src[k], *one_plus = t->src[1 - k];
-        if (!is_scale(half, 0.5f, 0.0f) || !is_scale(one_plus, 1.0f, 1.0f)) continue;
-        const kiln_tensor *th = one_plus->src[0];
-        if (!is_op(th, KILN_OP_TANH) || !is_scale(th->src[0], 0.7978845608028654f, 0.0f)) continue;
-        kiln_tensor *x = inner_arg(th->src[0]->src[0]);
-        if (x && x == half->src[0]) return x;
-    }
-    return NULL;
 }
 
 /* The value of a one-element F32 constant, or false. */
@@ -74,40 +47,57 @@ static kiln_tensor *times(const kiln_tensor *t, float k) {
     return NULL;
 }
 
+/* t = 1 + u (a scale with bias 1, or an add of a constant 1 either side): u, else NULL. */
+static kiln_tensor *one_plus(const kiln_tensor *t) {
+    float v;
+    if (is_scale(t, 1.0f, 1.0f)) return t->src[0];
+    if (is_op(t, KILN_OP_ADD))
+        for (int i = 0; i < 2; i++)
+            if (scalar_const(t->src[1 - i], &v) && near(v, 1.0f)) return t->src[i];
+    return NULL;
+}
+
 /* t = 1 + erf(x / sqrt(2)): x, else NULL. */
 static kiln_tensor *one_plus_erf(const kiln_tensor *t) {
-    const kiln_tensor *e = NULL;
-    float v;
-    if (is_scale(t, 1.0f, 1.0f)) e = t->src[0];
-    if (is_op(t, KILN_OP_ADD))
-        for (int i = 0; i < 2 && !e; i++)
-            if (scalar_const(t->src[1 - i], &v) && near(v, 1.0f)) e = t->src[i];
+    const kiln_tensor *e = one_plus(t);
     if (!is_op(e, KILN_OP_UNARY) || e->ip[0] != KILN_UNARY_ERF) return NULL;
     return times(e->src[0], 0.70710678118654752f);
 }
 
-/* x * 0.5 * (1 + erf(x / sqrt(2))) in either grouping: x, else NULL. */
-static kiln_tensor *match_erf(const kiln_tensor *t) {
+/* t = 1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)): x, else NULL. */
+static kiln_tensor *one_plus_tanh(const kiln_tensor *t) {
+    const kiln_tensor *th = one_plus(t), *add;
+    if (!is_op(th, KILN_OP_TANH) || !is_op(add = times(th->src[0], 0.7978845608028654f), KILN_OP_ADD)) return NULL;
+    for (int k = 0; k < 2; k++) {
+        kiln_tensor *x = add->src[k];
+        const kiln_tensor *cube = times(add->src[1 - k], 0.044715f);
+        if (cube && is_cube_of(cube, x)) return x;
+    }
+    return NULL;
+}
+
+/* x * 0.5 * (1 + f(x)) in any grouping, with one_plus_f recognizing 1 + f(x): x, else NULL. */
+static kiln_tensor *match_form(const kiln_tensor *t, kiln_tensor *(*one_plus_f)(const kiln_tensor *)) {
     const kiln_tensor *inner = times(t, 0.5f);
-    if (is_op(inner, KILN_OP_MUL)) /* (x * (1 + erf)) * 0.5 */
+    if (is_op(inner, KILN_OP_MUL)) /* (x * (1 + f)) * 0.5 */
         for (int i = 0; i < 2; i++) {
-            kiln_tensor *x = one_plus_erf(inner->src[1 - i]);
+            kiln_tensor *x = one_plus_f(inner->src[1 - i]);
             if (x && x == inner->src[i]) return x;
         }
-    if (is_op(t, KILN_OP_MUL)) /* (x * 0.5) * (1 + erf), or x * ((1 + erf) * 0.5) */
+    if (is_op(t, KILN_OP_MUL)) /* (x * 0.5) * (1 + f), or x * ((1 + f) * 0.5) */
         for (int i = 0; i < 2; i++) {
-            kiln_tensor *x = one_plus_erf(t->src[1 - i]);
+            kiln_tensor *x = one_plus_f(t->src[1 - i]);
             if (x && x == times(t->src[i], 0.5f)) return x;
             const kiln_tensor *half = times(t->src[1 - i], 0.5f);
-            if (half && (x = one_plus_erf(half)) && x == t->src[i]) return x;
+            if (half && (x = one_plus_f(half)) && x == t->src[i]) return x;
         }
     return NULL;
 }
 
 static kiln_tensor *fuse_one(kiln_graph *g, kiln_tensor *t) {
-    kiln_tensor *x = match(t);
-    if (x) return kiln__gelu(g, x);
-    x = match_erf(t);
+    kiln_tensor *x = match_form(t, one_plus_tanh);
+    if (x && x->type == KILN_TYPE_F32 && kiln__tensor_nelements(x) == kiln__tensor_nelements(t)) return kiln__gelu(g, x);
+    x = match_form(t, one_plus_erf);
     return x && x->type == KILN_TYPE_F32 && kiln__tensor_nelements(x) == kiln__tensor_nelements(t)
                ? kiln__unary(g, x, KILN_UNARY_GELU_ERF)
                : NULL;
