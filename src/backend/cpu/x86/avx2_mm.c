@@ -1,8 +1,8 @@
 /*
  * avx2_mm.c - AVX2 + FMA + F16C matmul tiles and activation quantizer, compiled with target attributes
- * so the rest of the binary stays baseline x86-64. Each tile keeps up to 4 weight rows x 2 activation
- * columns of accumulators in registers, so one activation load feeds 4 rows and one weight load feeds 2
- * columns. Every (row, column) accumulator runs the same instruction sequence whatever the tile shape,
+ * so the rest of the binary stays baseline x86-64. Each tile keeps up to 4 weight rows x 3 activation
+ * columns (2 for the integer tiles, which need more registers per column) of accumulators in registers, so
+ * one activation load feeds 4 rows and one weight load feeds 3 columns: 7 loads per 12 FMAs. Every (row, column) accumulator runs the same instruction sequence whatever the tile shape,
  * so results do not depend on how rows are split. Integer dots use vpmaddubsw: unsigned weights times
  * signed activations; its int16 pair sums cannot saturate here (|w| <= 128, |x| <= 127, 2 * 128 * 127 <
  * 32767). References: kernels_mm_ref.c.
@@ -20,7 +20,7 @@
 #define KILN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX2
 #define RMAX 4
-#define CMAX 2
+#define CMAX 3 /* float tiles: 4 x 3 (12 accumulators, 3 activation and 1 weight register); integer tiles 4 x 2 */
 
 /* Eight weights of row type T starting at element i (n <= 8 of them valid, the rest zero). */
 INLINE __m256 load_w(int type, const char *row, int64_t i, int64_t n) {
@@ -106,31 +106,35 @@ INLINE void tile_quant(int type, int R, int C, int64_t k, const char *w, size_t 
         for (int r = 0; r < R; r++) out[c * os + r] = kiln__hsum8(acc[r][c]);
 }
 
-/* Walk an nr x nc tile in register tiles, columns outer so a block of weight rows stays in cache. */
-#define DEFINE_MM(fn, tile, type)                                                                      \
+/* Walk an nr x nc tile in register tiles of 4 rows x CT columns (fewer at the edges), columns outer so a
+ * block of weight rows stays in cache. The tile's shape only groups loads: each (row, column) sum runs the
+ * same sequence. */
+#define TILE_COLS(tile, type, R, C, CT, ...)                                                           \
+    do {                                                                                               \
+        if ((CT) >= 3 && (C) >= 3) tile(type, R, 3, __VA_ARGS__);                                     \
+        else if ((C) >= 2) tile(type, R, 2, __VA_ARGS__);                                             \
+        else tile(type, R, 1, __VA_ARGS__);                                                           \
+    } while (0)
+#define DEFINE_MM(fn, tile, type, CT)                                                                  \
     KILN_AVX2 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
                              int64_t nc, float *out, size_t os) {                                      \
-        for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {                                                    \
+        for (int64_t c0 = 0; c0 < nc; c0 += (CT)) {                                                    \
             const char *xc = (const char *)x + c0 * xs;                                                \
-            int64_t r0 = 0;                                                                            \
-            for (; r0 + RMAX <= nr; r0 += RMAX) {                                                      \
-                const char *wr = (const char *)w + r0 * ws;                                            \
-                if (nc - c0 >= 2) tile(type, 4, 2, k, wr, ws, xc, xs, out + c0 * os + r0, os);          \
-                else tile(type, 4, 1, k, wr, ws, xc, xs, out + c0 * os + r0, os);                       \
-            }                                                                                          \
-            for (; r0 < nr; r0++) {                                                                    \
-                const char *wr = (const char *)w + r0 * ws;                                            \
-                if (nc - c0 >= 2) tile(type, 1, 2, k, wr, ws, xc, xs, out + c0 * os + r0, os);          \
-                else tile(type, 1, 1, k, wr, ws, xc, xs, out + c0 * os + r0, os);                       \
-            }                                                                                          \
+            int64_t r0 = 0, cols = nc - c0;                                                            \
+            for (; r0 + RMAX <= nr; r0 += RMAX)                                                        \
+                TILE_COLS(tile, type, 4, cols, CT, k, (const char *)w + r0 * ws, ws, xc, xs,           \
+                          out + c0 * os + r0, os);                                                     \
+            for (; r0 < nr; r0++)                                                                      \
+                TILE_COLS(tile, type, 1, cols, CT, k, (const char *)w + r0 * ws, ws, xc, xs,           \
+                          out + c0 * os + r0, os);                                                     \
         }                                                                                              \
     }
 
-DEFINE_MM(mm_f32, tile_float, KILN_TYPE_F32)
-DEFINE_MM(mm_f16, tile_float, KILN_TYPE_F16)
-DEFINE_MM(mm_bf16, tile_float, KILN_TYPE_BF16)
-DEFINE_MM(mm_q8_0, tile_quant, KILN_TYPE_Q8_0)
-DEFINE_MM(mm_q4_0, tile_quant, KILN_TYPE_Q4_0)
+DEFINE_MM(mm_f32, tile_float, KILN_TYPE_F32, 3)
+DEFINE_MM(mm_f16, tile_float, KILN_TYPE_F16, 3)
+DEFINE_MM(mm_bf16, tile_float, KILN_TYPE_BF16, 3)
+DEFINE_MM(mm_q8_0, tile_quant, KILN_TYPE_Q8_0, 2)
+DEFINE_MM(mm_q4_0, tile_quant, KILN_TYPE_Q4_0, 2)
 
 KILN_AVX2 static void quantize_q8(const float *x, void *row, int64_t k) {
     int8_t *q = row;
