@@ -58,14 +58,15 @@ def check(status):
 
 
 class Session:
-    def __init__(self, model, n_threads=1, n_plans=0, weights=None):
+    def __init__(self, model, n_threads=1, n_plans=0, weights=None, devices=None):
         L = lib()
         self._data = model if isinstance(model, bytes) else model.SerializeToString()
         self._model = ctypes.c_void_p()
         self._session = ctypes.c_void_p()
         check(L.kiln_onnx_load_memory(self._data, len(self._data), None, ctypes.byref(self._model)))
         try:
-            check(L.kiln_onnx_session_create(self._model, ctypes.byref(Params(n_threads, None, n_plans, weights and weights.encode())),
+            check(L.kiln_onnx_session_create(self._model, ctypes.byref(Params(n_threads, devices and devices.encode(), n_plans,
+                                                                weights and weights.encode())),
                                              ctypes.byref(self._session)))
         except kv.KilnError:
             L.kiln_onnx_destroy(self._model)

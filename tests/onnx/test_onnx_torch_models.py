@@ -168,3 +168,21 @@ def test_kiln_int8_weights_stay_within_a_cosine_of_float_on_every_exported_model
 def test_an_unknown_weights_setting_is_refused_by_name():
     with pytest.raises(kv.KilnError, match=r"weights 'int4': give \"float\" or \"q8_0\""):
         kr.Session((HERE / "mlp-dynamo.onnx").read_bytes(), weights="int4")
+
+
+def test_every_exported_model_runs_with_the_vulkan_backend_in_the_engine():
+    """devices = "vulkan" (docs/vulkan.md: the first Vulkan device ahead of the CPU, dropped with a note when
+    there is none): the scheduler splits each graph between the device (what it supports) and the CPU (the
+    rest: where, reduce_max, the new unary functions, gathers), and the outputs stay within the float
+    tolerance of onnxruntime. On this project's machines the device is Mesa's lavapipe."""
+    for stem, entry in MANIFEST["files"].items():
+        if "error" in entry:
+            continue
+        data = np.load(HERE / f"{stem}.npz")
+        feeds, want = shape_data(data, 1)
+        with kr.Session((HERE / f"{stem}.onnx").read_bytes(), devices="vulkan") as s:
+            for name, got in zip(s.outputs, s.run(feeds)):
+                ref = want[name]
+                assert got.shape == ref.shape
+                err = np.abs(got.astype(np.float64) - ref)
+                assert (err <= tol(entry["model"]) * (1 + np.abs(ref))).all(), f"{stem}: max error {err.max():.3g}"
