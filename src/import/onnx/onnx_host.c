@@ -6,16 +6,17 @@
  * (Range -> Mul -> Cos); all of it depends on shapes alone, so it is computed here, exactly, once per key,
  * and what the graph reads of it becomes a constant leaf (onnx_lower.c).
  *
- * Elements: int64, int32 and bool values are held as int64 (bools 0 or 1), floats as double holding a
- * float32 value, every result rounded to float as float32 arithmetic would (a sum or product computed in
- * double and rounded once is the float32 result; libm's float functions for the others). Integer
+ * Elements: int64, int32, uint8, int8 and bool values are held as int64 (bools 0 or 1), floats as double
+ * holding a float32 value, every result rounded to float as float32 arithmetic would (a sum or product
+ * computed in double and rounded once is the float32 result; libm's float functions for the others). Integer
  * arithmetic is overflow-checked, indices range-checked: a violation is an error naming the node, never
  * undefined behaviour. Shapes follow numpy broadcasting, any rank up to KILN_MAX_ONNX_RANK.
  *
  * Operators: Shape, Identity, Reshape, Flatten, Squeeze, Unsqueeze, Cast, Concat, Gather, GatherElements,
  * GatherND (batch_dims 0), Slice, Expand, Where, Range, ConstantOfShape, Transpose, Trilu; Equal, Less,
  * LessOrEqual, Greater, GreaterOrEqual, And, Or, Xor, Not, IsNaN; Add, Sub, Mul, Div, Mod, Pow, Max, Min,
- * Neg, Abs, Relu, Sqrt, Reciprocal, Exp, Log, Sin, Cos, Tanh, Sigmoid, Erf.
+ * Neg, Abs, Relu, Sqrt, Reciprocal, Exp, Log, Sin, Cos, Tanh, Sigmoid, Erf; QuantizeLinear, DequantizeLinear.
+ * The data-movement operators read their index maps from onnx_index.c.
  */
 #include "import/onnx/onnx_lower.h"
 
@@ -45,7 +46,7 @@ void kiln__onnx_host_reset(kiln__onnx_lowering *l) {
     memset(l->host, 0, (size_t)KILN__MAX(1, l->m->n_values) * sizeof *l->host);
 }
 
-static void *scratch(kiln__onnx_lowering *l, int64_t n, size_t size) {
+void *kiln__onnx_scratch(kiln__onnx_lowering *l, int64_t n, size_t size) {
     kiln__onnx_block *b;
     if (n < 0 || (uint64_t)n > (KILN_ONNX_HOST_BYTES - l->host_bytes) / size) return NULL;
     if (!(b = kiln__alloc(sizeof *b + (size_t)KILN__MAX(n, 1) * size))) return NULL;
@@ -96,9 +97,9 @@ static kiln__onnx_host *make(kiln__onnx_lowering *l, kiln__onnx_host *h, int32_t
     }
     h->n = n;
     if (h->type == KILN_ONNX_FLOAT)
-        h->f = scratch(l, n, sizeof *h->f);
+        h->f = kiln__onnx_scratch(l, n, sizeof *h->f);
     else
-        h->i = scratch(l, n, sizeof *h->i);
+        h->i = kiln__onnx_scratch(l, n, sizeof *h->i);
     return h->f || h->i ? h : NULL;
 }
 
@@ -300,6 +301,10 @@ static kiln_status eval_binary(kiln__onnx_lowering *l, const kiln__onnx_node *n,
     bool fm = false;
     const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "fmod");
     if (a) fm = a->i != 0;
+    for (int32_t j = 0; j < n_in; j++) {
+        if (!in[j]) return fail(l, n, "an omitted operand");
+        if (!in[0]->f && in[j]->f) return fail(l, n, "an integer operand with a float one");
+    }
     kiln__onnx_host acc = *in[0];
     for (int32_t k = 1; k < n_in; k++) {
         const kiln__onnx_host *pair[2] = {&acc, in[k]};
@@ -356,112 +361,6 @@ static kiln_status eval_unary(kiln__onnx_lowering *l, const kiln__onnx_node *n, 
 
 /* ---- Shapes and data movement ---- */
 
-int32_t kiln__onnx_reshape_dims(const kiln__onnx_node *n, int32_t r, const int64_t *in, const int64_t *v,
-                                int64_t nv, int64_t *out, const char **why) {
-    const char *op = n->op_type;
-    int64_t total = 1, known = 1;
-    int32_t ro = 0;
-    const kiln__onnx_attr *a;
-    for (int32_t i = 0; i < r; i++)
-        if (__builtin_mul_overflow(total, in[i], &total)) return *why = "the element count overflows", -1;
-    if (is(op, "Identity") || is(op, "Cast")) {
-        memcpy(out, in, (size_t)r * sizeof *in);
-        return r;
-    }
-    if (is(op, "Flatten")) {
-        int64_t axis = (a = kiln__onnx_find_attr(n, "axis")) ? a->i : 1, lead = 1;
-        if (axis < 0) axis += r;
-        if (axis < 0 || axis > r) return *why = "axis out of range", -1;
-        for (int32_t i = 0; i < axis; i++)
-            lead *= in[i];
-        out[0] = lead;
-        out[1] = lead ? total / lead : 0;
-        return 2;
-    }
-    if (is(op, "Reshape")) {
-        int32_t infer = -1;
-        bool allowzero = (a = kiln__onnx_find_attr(n, "allowzero")) && a->i != 0;
-        if (!v || nv > R) return *why = "the target shape is not known or too long", -1;
-        for (ro = 0; ro < (int32_t)nv; ro++) {
-            out[ro] = v[ro] == 0 && !allowzero && ro < r ? in[ro] : v[ro];
-            if (out[ro] == -1 && infer < 0)
-                infer = ro;
-            else if (out[ro] < 0 || __builtin_mul_overflow(known, out[ro], &known))
-                return *why = "a target dim is negative or overflows", -1;
-        }
-        if (infer >= 0) {
-            if (known == 0 || total % known)
-                return *why = "the inferred dim does not divide the elements", -1;
-            out[infer] = total / known;
-        } else if (known != total) {
-            return *why = "the target shape holds another number of elements", -1;
-        }
-        return ro;
-    }
-    /* Squeeze (axes optional: every dim of 1) and Unsqueeze (axes required). */
-    bool unsq = is(op, "Unsqueeze");
-    int32_t rank_out = unsq ? r + (int32_t)nv : r;
-    uint32_t marked = 0;
-    if (unsq && !v) return *why = "the axes are not known", -1;
-    if (rank_out > R) return *why = "the result's rank is over 16", -1;
-    for (int64_t i = 0; v && i < nv; i++) {
-        int64_t ax = v[i] < 0 ? v[i] + (unsq ? rank_out : r) : v[i];
-        if (ax < 0 || ax >= (unsq ? rank_out : r) || (marked & (1u << ax)))
-            return *why = "an axis out of range or repeated", -1;
-        if (!unsq && in[ax] != 1) return *why = "squeezing a dim that is not 1", -1;
-        marked |= 1u << ax;
-    }
-    for (int32_t i = 0, j = 0; i < (unsq ? rank_out : r); i++) {
-        if (unsq)
-            out[ro++] = marked & (1u << i) ? 1 : in[j++];
-        else if (!(v ? (marked & (1u << i)) : in[i] == 1))
-            out[ro++] = in[i];
-    }
-    return ro;
-}
-
-int32_t kiln__onnx_slice_params(kiln__onnx_lowering *l, const kiln__onnx_node *n, int32_t r,
-                                const int64_t *dims, int64_t *start, int64_t *step, int64_t *count) {
-    int64_t ns = 0, ne = 0, nx = 0, np = 0;
-    const int64_t *st = kiln__onnx_ints_of(l, n->inputs[1], &ns),
-                  *en = kiln__onnx_ints_of(l, n->inputs[2], &ne);
-    const int64_t *ax = n->n_inputs > 3 && n->inputs[3][0] ? kiln__onnx_ints_of(l, n->inputs[3], &nx) : NULL;
-    const int64_t *sp = n->n_inputs > 4 && n->inputs[4][0] ? kiln__onnx_ints_of(l, n->inputs[4], &np) : NULL;
-    if (!st || !en || ns != ne || (n->n_inputs > 3 && n->inputs[3][0] && (!ax || nx != ns)) ||
-        (n->n_inputs > 4 && n->inputs[4][0] && (!sp || np != ns)))
-        return -1;
-    for (int32_t d = 0; d < r; d++)
-        start[d] = 0, step[d] = 1, count[d] = dims[d];
-    for (int64_t i = 0; i < ns; i++) {
-        int64_t a = ax ? ax[i] : i, s = sp ? sp[i] : 1, b = st[i], e = en[i], d;
-        if (a < 0) a += r;
-        if (a < 0 || a >= r || s == 0) return -1;
-        d = dims[a];
-        if (b < 0) b = b < -d ? 0 : b + d; /* d + b cannot overflow: b >= -d */
-        if (e < 0) e = e < -d ? -1 : e + d;
-        if (s > 0) {
-            b = b > d ? d : b;
-            e = e > d ? d : e < 0 ? 0 : e;
-            count[a] = e > b ? (e - b - 1) / s + 1 : 0;
-        } else {
-            b = b > d - 1 ? d - 1 : b;
-            e = e > d - 1 ? d - 1 : e;
-            if (e < -1) e = -1;
-            count[a] = b > e ? (b - e - 1) / (s == INT64_MIN ? INT64_MAX : -s) + 1 : 0;
-        }
-        start[a] = b;
-        step[a] = s;
-    }
-    return r;
-}
-
-/* Row-major strides of a shape. */
-static void strides(int32_t r, const int64_t *dims, int64_t *st) {
-    int64_t s = 1;
-    for (int32_t a = r - 1; a >= 0; a--)
-        st[a] = s, s *= dims[a];
-}
-
 /* Copy the elements of x at the flat indices idx[0..out->n) into out (same element kind). */
 static void gather_flat(const kiln__onnx_host *x, const int64_t *idx, kiln__onnx_host *out) {
     for (int64_t j = 0; j < out->n; j++) {
@@ -470,190 +369,6 @@ static void gather_flat(const kiln__onnx_host *x, const int64_t *idx, kiln__onnx
         else
             out->i[j] = x->i[idx[j]];
     }
-}
-
-/* The flat source index of every element of a data-movement op's output: the index map shared by the host
- * evaluation here and the runtime lowering of the same ops on computed data (an element gather). x_rank and
- * x_dims are the data's shape; out gets the output's; idx has room for KILN_ONNX_HOST_MAX. Returns the
- * element count, or -1 with *why set. */
-int64_t kiln__onnx_index_map(kiln__onnx_lowering *l, const kiln__onnx_node *n, int32_t x_rank,
-                             const int64_t *x_dims, int32_t *out_rank, int64_t *out_dims, int64_t **idx_out,
-                             const char **why) {
-    const char *op = n->op_type;
-    int64_t xs[R], total = 1, *idx;
-    const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "axis");
-    strides(x_rank, x_dims, xs);
-    *why =
-        "its indices are computed at run time (Kiln gathers computed data by indices known from shapes, and "
-        "constant tables by fed ids)";
-    if (is(op, "Slice")) {
-        int64_t start[R], step[R];
-        if (kiln__onnx_slice_params(l, n, x_rank, x_dims, start, step, out_dims) < 0) return -1;
-        *out_rank = x_rank;
-        for (int32_t d = 0; d < x_rank; d++)
-            total *= out_dims[d];
-        if (total > KILN_ONNX_HOST_MAX || !(idx = scratch(l, total, sizeof *idx)))
-            return *why = "too many elements", -1;
-        int64_t cnt[R] = {0};
-        for (int64_t j = 0; j < total; j++) {
-            int64_t off = 0;
-            for (int32_t d = 0; d < x_rank; d++)
-                off += (start[d] + cnt[d] * step[d]) * xs[d];
-            idx[j] = off;
-            for (int32_t d = x_rank - 1; d >= 0; d--)
-                if (++cnt[d] < out_dims[d])
-                    break;
-                else
-                    cnt[d] = 0;
-        }
-        *idx_out = idx;
-        return total;
-    }
-    if (is(op, "Transpose")) {
-        const kiln__onnx_attr *p = kiln__onnx_find_attr(n, "perm");
-        int64_t perm[R];
-        uint32_t seen = 0;
-        for (int32_t d = 0; d < x_rank; d++) {
-            perm[d] = p && d < p->n ? p->ints[d] : x_rank - 1 - d;
-            if (perm[d] < 0) perm[d] += x_rank;
-            if (perm[d] < 0 || perm[d] >= x_rank || (seen & (1u << perm[d]))) return *why = "a bad perm", -1;
-            seen |= 1u << perm[d];
-            out_dims[d] = x_dims[perm[d]];
-            total *= out_dims[d];
-        }
-        *out_rank = x_rank;
-        if (total > KILN_ONNX_HOST_MAX || !(idx = scratch(l, total, sizeof *idx)))
-            return *why = "too many elements", -1;
-        int64_t cnt[R] = {0};
-        for (int64_t j = 0; j < total; j++) {
-            int64_t off = 0;
-            for (int32_t d = 0; d < x_rank; d++)
-                off += cnt[d] * xs[perm[d]];
-            idx[j] = off;
-            for (int32_t d = x_rank - 1; d >= 0; d--)
-                if (++cnt[d] < out_dims[d])
-                    break;
-                else
-                    cnt[d] = 0;
-        }
-        *idx_out = idx;
-        return total;
-    }
-    if (is(op, "Expand")) {
-        int64_t nv = 0;
-        const int64_t *v = kiln__onnx_ints_of(l, n->inputs[1], &nv);
-        kiln__onnx_host xs_h = {0}, target = {0};
-        const kiln__onnx_host *pair[2] = {&xs_h, &target};
-        if (!v || nv > R) return *why = "the shape is not known", -1;
-        xs_h.rank = x_rank;
-        memcpy(xs_h.dims, x_dims, (size_t)x_rank * sizeof *x_dims);
-        target.rank = (int32_t)nv;
-        memcpy(target.dims, v, (size_t)nv * sizeof *v);
-        if (!bcast_shape(pair, 2, out_rank, out_dims)) return *why = "the shape does not broadcast", -1;
-        for (int32_t d = 0; d < *out_rank; d++)
-            total *= out_dims[d];
-        if (total > KILN_ONNX_HOST_MAX || !(idx = scratch(l, total, sizeof *idx)))
-            return *why = "too many elements", -1;
-        walk w;
-        walk_init(&w, pair, 1, *out_rank, out_dims);
-        for (int64_t j = 0; j < total; j++, walk_next(&w))
-            idx[j] = w.off[0];
-        *idx_out = idx;
-        return total;
-    }
-    const kiln__onnx_host *ind = n->n_inputs > 1 ? kiln__onnx_host_of(l, n->inputs[1]) : NULL;
-    if (!ind || !ind->i) return -1;
-    if (is(op, "Gather") || is(op, "GatherElements")) {
-        int64_t ax = a ? a->i : 0;
-        bool elements = is(op, "GatherElements");
-        if (ax < 0) ax += x_rank;
-        if (ax < 0 || ax >= x_rank) return *why = "axis out of range", -1;
-        if (elements) {
-            if (ind->rank != x_rank) return *why = "indices and data differ in rank", -1;
-            *out_rank = x_rank;
-            memcpy(out_dims, ind->dims, (size_t)x_rank * sizeof *out_dims);
-        } else {
-            if (x_rank - 1 + ind->rank > R) return *why = "the result's rank is over 16", -1;
-            *out_rank = 0;
-            for (int32_t d = 0; d < ax; d++)
-                out_dims[(*out_rank)++] = x_dims[d];
-            for (int32_t d = 0; d < ind->rank; d++)
-                out_dims[(*out_rank)++] = ind->dims[d];
-            for (int32_t d = (int32_t)ax + 1; d < x_rank; d++)
-                out_dims[(*out_rank)++] = x_dims[d];
-        }
-        for (int32_t d = 0; d < *out_rank; d++)
-            total *= out_dims[d];
-        if (total > KILN_ONNX_HOST_MAX || !(idx = scratch(l, total, sizeof *idx)))
-            return *why = "too many elements", -1;
-        int64_t cnt[R] = {0};
-        for (int64_t j = 0; j < total; j++) {
-            int64_t off = 0, at, iv;
-            if (elements) {
-                at = 0;
-                for (int32_t d = 0; d < x_rank; d++)
-                    at = at * ind->dims[d] + cnt[d];
-                iv = ind->i[at];
-            } else {
-                at = 0;
-                for (int32_t d = 0; d < ind->rank; d++)
-                    at = at * ind->dims[d] + cnt[ax + d];
-                iv = ind->i[at];
-            }
-            if (iv < -x_dims[ax] || iv >= x_dims[ax]) return *why = "an index out of range", -1;
-            if (iv < 0) iv += x_dims[ax];
-            for (int32_t d = 0, o = 0; d < x_rank; d++) {
-                int64_t c;
-                if (d == ax) {
-                    c = iv;
-                    o += elements ? 1 : ind->rank;
-                } else {
-                    c = cnt[o++];
-                }
-                off += c * xs[d];
-            }
-            idx[j] = off;
-            for (int32_t d = *out_rank - 1; d >= 0; d--)
-                if (++cnt[d] < out_dims[d])
-                    break;
-                else
-                    cnt[d] = 0;
-        }
-        *idx_out = idx;
-        return total;
-    }
-    if (is(op, "GatherND")) {
-        const kiln__onnx_attr *b = kiln__onnx_find_attr(n, "batch_dims");
-        int32_t q = ind->rank;
-        int64_t m = q > 0 ? ind->dims[q - 1] : 0, inner = 1;
-        if (b && b->i != 0) return *why = "batch_dims other than 0", -1;
-        if (q < 1 || m < 1 || m > x_rank)
-            return *why = "the indices' last dim is not 1 to the data's rank", -1;
-        *out_rank = 0;
-        for (int32_t d = 0; d < q - 1; d++)
-            out_dims[(*out_rank)++] = ind->dims[d];
-        for (int32_t d = (int32_t)m; d < x_rank; d++)
-            out_dims[(*out_rank)++] = x_dims[d], inner *= x_dims[d];
-        if (*out_rank > R) return *why = "the result's rank is over 16", -1;
-        for (int32_t d = 0; d < *out_rank; d++)
-            total *= out_dims[d];
-        if (total > KILN_ONNX_HOST_MAX || !(idx = scratch(l, total, sizeof *idx)))
-            return *why = "too many elements", -1;
-        for (int64_t t = 0; t < (inner ? total / inner : 0); t++) {
-            int64_t base = 0;
-            for (int64_t d = 0; d < m; d++) {
-                int64_t iv = ind->i[t * m + d];
-                if (iv < -x_dims[d] || iv >= x_dims[d]) return *why = "an index out of range", -1;
-                base += (iv < 0 ? iv + x_dims[d] : iv) * xs[d];
-            }
-            for (int64_t e = 0; e < inner; e++)
-                idx[t * inner + e] = base + e;
-        }
-        *idx_out = idx;
-        return total;
-    }
-    *why = "not a data-movement operator";
-    return -1;
 }
 
 static kiln_status eval_concat(kiln__onnx_lowering *l, const kiln__onnx_node *n, kiln__onnx_host *out) {
@@ -882,13 +597,91 @@ bool kiln__onnx_host_node(kiln__onnx_lowering *l, const kiln__onnx_node *n) {
     return out->info.type != KILN_ONNX_FLOAT || computed || small;
 }
 
+/* Reshape, Flatten, Squeeze, Unsqueeze and Identity: the same elements under new dims. */
+static kiln_status eval_reshape(kiln__onnx_lowering *l, const kiln__onnx_node *n, const kiln__onnx_host *x,
+                                kiln__onnx_host *out) {
+    int64_t nv = 0;
+    const int64_t *v = n->n_inputs > 1 && n->inputs[1][0] ? kiln__onnx_ints_of(l, n->inputs[1], &nv) : NULL;
+    const char *why = "";
+    *out = *x;
+    out->rank = kiln__onnx_reshape_dims(n, x->rank, x->dims, v, nv, out->dims, &why);
+    return out->rank < 0 ? fail(l, n, "%s", why) : KILN_OK;
+}
+
+/* Slice, Transpose, Expand, Gather, GatherElements and GatherND: the index map (onnx_index.c) applied. */
+static kiln_status eval_movement(kiln__onnx_lowering *l, const kiln__onnx_node *n, const kiln__onnx_host *x,
+                                 kiln__onnx_host *out) {
+    int64_t *idx, dims[R];
+    int32_t rank;
+    const char *why = "";
+    if (kiln__onnx_index_map(l, n, x->rank, x->dims, &rank, dims, &idx, &why) < 0)
+        return fail(l, n, "%s", why);
+    if (!make(l, out, x->type, rank, dims)) return fail(l, n, "out of scratch");
+    gather_flat(x, idx, out);
+    return KILN_OK;
+}
+
+static kiln_status eval_where(kiln__onnx_lowering *l, const kiln__onnx_node *n,
+                              const kiln__onnx_host *const *in, kiln__onnx_host *out) {
+    int64_t dims[R];
+    int32_t rank;
+    walk w;
+    if (!in[1] || !in[2] || (in[1]->f != NULL) != (in[2]->f != NULL)) return fail(l, n, "bad operands");
+    if (!bcast_shape(in, 3, &rank, dims)) return fail(l, n, "operands that do not broadcast");
+    if (!make(l, out, in[1]->type, rank, dims))
+        return fail(l, n, "a value over %d elements", KILN_ONNX_HOST_MAX);
+    walk_init(&w, in, 3, rank, dims);
+    for (int64_t j = 0; j < out->n; j++, walk_next(&w)) {
+        bool c = in[0]->i ? in[0]->i[w.off[0]] != 0 : in[0]->f[w.off[0]] != 0.0;
+        if (out->f)
+            out->f[j] = c ? in[1]->f[w.off[1]] : in[2]->f[w.off[2]];
+        else
+            out->i[j] = c ? in[1]->i[w.off[1]] : in[2]->i[w.off[2]];
+    }
+    return KILN_OK;
+}
+
+/* ConstantOfShape: the value attribute's one element (float 0 without one) at every place of the shape. */
+static kiln_status eval_constant_of_shape(kiln__onnx_lowering *l, const kiln__onnx_node *n,
+                                          const kiln__onnx_host *shape, kiln__onnx_host *out) {
+    const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "value");
+    const kiln__onnx_tensor *t = a ? a->t : NULL;
+    if (!shape->i || shape->rank != 1 || shape->n > R)
+        return fail(l, n, "the shape is not an integer vector of up to 16");
+    if (t && (!held_type(t->type) || t->n_elements != 1))
+        return fail(l, n, "a value of type %s", kiln__onnx_type_name(t->type));
+    if (!make(l, out, t ? t->type : KILN_ONNX_FLOAT, (int32_t)shape->n, shape->i))
+        return fail(l, n, "a value over %d elements, or a negative dim", KILN_ONNX_HOST_MAX);
+    double f = 0.0;
+    int64_t v = 0;
+    if (t) { /* read as an initializer's element is */
+        const uint8_t *p = t->data;
+        float f32;
+        int32_t i32;
+        switch (t->type) {
+        case KILN_ONNX_FLOAT: memcpy(&f32, p, 4), f = f32; break;
+        case KILN_ONNX_INT64: memcpy(&v, p, 8); break;
+        case KILN_ONNX_INT32: memcpy(&i32, p, 4), v = i32; break;
+        case KILN_ONNX_UINT8: v = p[0]; break;
+        case KILN_ONNX_INT8: v = (int8_t)p[0]; break;
+        default: v = p[0] != 0; break;
+        }
+    }
+    for (int64_t j = 0; j < out->n; j++) {
+        if (out->f)
+            out->f[j] = f;
+        else
+            out->i[j] = v;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln__onnx_host_eval(kiln__onnx_lowering *l, const kiln__onnx_node *n) {
     const char *op = n->op_type;
-    int32_t k = index_of(l, n->outputs[0]);
+    int32_t k = index_of(l, n->outputs[0]), n_in = 0;
     const kiln__onnx_host *in[128] = {NULL};
     kiln__onnx_host out;
-    kiln_status s = KILN_OK;
-    int32_t n_in = 0;
+    kiln_status s;
     if (k < 0) return kiln__error(KILN_E_INTERNAL, "node output without a value");
     if (is(op, "Shape")) {
         if ((s = eval_shape(l, n, &out))) return s;
@@ -901,115 +694,33 @@ kiln_status kiln__onnx_host_eval(kiln__onnx_lowering *l, const kiln__onnx_node *
             return fail(l, n, "input '%s' is not known", n->inputs[j]);
         n_in = j + 1;
     }
+    if (!in[0] && !is(op, "Concat")) return fail(l, n, "its first input is omitted");
     if (is(op, "Identity") || is(op, "Reshape") || is(op, "Flatten") || is(op, "Squeeze") ||
-        is(op, "Unsqueeze")) {
-        int64_t nv = 0;
-        const int64_t *v = n_in > 1 ? kiln__onnx_ints_of(l, n->inputs[1], &nv) : NULL;
-        const char *why = "";
-        out = *in[0];
-        out.rank = kiln__onnx_reshape_dims(n, in[0]->rank, in[0]->dims, v, nv, out.dims, &why);
-        if (out.rank < 0) return fail(l, n, "%s", why);
-    } else if (is(op, "Cast")) {
+        is(op, "Unsqueeze"))
+        s = eval_reshape(l, n, in[0], &out);
+    else if (is(op, "Cast"))
         s = eval_cast(l, n, in[0], &out);
-    } else if (is(op, "Concat")) {
+    else if (is(op, "Concat"))
         s = eval_concat(l, n, &out);
-    } else if (is(op, "Slice") || is(op, "Transpose") || is(op, "Gather") || is(op, "GatherElements") ||
-               is(op, "GatherND")) {
-        int64_t *idx, dims[R], cnt;
-        int32_t rank;
-        const char *why = "";
-        if ((cnt = kiln__onnx_index_map(l, n, in[0]->rank, in[0]->dims, &rank, dims, &idx, &why)) < 0)
-            return fail(l, n, "%s", why);
-        if (!make(l, &out, in[0]->type, rank, dims)) return fail(l, n, "out of scratch");
-        gather_flat(in[0], idx, &out);
-    } else if (is(op, "Expand")) {
-        int64_t nv = 0, dims[R];
-        const int64_t *v = kiln__onnx_ints_of(l, n->inputs[1], &nv);
-        kiln__onnx_host target = {0};
-        int32_t rank;
-        if (!v || nv > R) return fail(l, n, "the shape is not known");
-        target.rank = (int32_t)nv;
-        for (int64_t d = 0; d < nv; d++)
-            target.dims[d] = v[d];
-        const kiln__onnx_host *pair[2] = {in[0], &target};
-        if (!bcast_shape(pair, 2, &rank, dims)) return fail(l, n, "the shape does not broadcast");
-        if (!make(l, &out, in[0]->type, rank, dims))
-            return fail(l, n, "a value over %d elements", KILN_ONNX_HOST_MAX);
-        walk w;
-        walk_init(&w, pair, 1, rank, dims);
-        for (int64_t j = 0; j < out.n; j++, walk_next(&w)) {
-            if (out.f)
-                out.f[j] = in[0]->f[w.off[0]];
-            else
-                out.i[j] = in[0]->i[w.off[0]];
-        }
-    } else if (is(op, "Where")) {
-        int64_t dims[R];
-        int32_t rank;
-        if (!in[0] || !in[1] || !in[2] || (in[1]->f != NULL) != (in[2]->f != NULL))
-            return fail(l, n, "bad operands");
-        if (!bcast_shape(in, 3, &rank, dims)) return fail(l, n, "operands that do not broadcast");
-        if (!make(l, &out, in[1]->type, rank, dims))
-            return fail(l, n, "a value over %d elements", KILN_ONNX_HOST_MAX);
-        walk w;
-        walk_init(&w, in, 3, rank, dims);
-        for (int64_t j = 0; j < out.n; j++, walk_next(&w)) {
-            bool c = in[0]->i ? in[0]->i[w.off[0]] != 0 : in[0]->f[w.off[0]] != 0.0;
-            if (out.f)
-                out.f[j] = c ? in[1]->f[w.off[1]] : in[2]->f[w.off[2]];
-            else
-                out.i[j] = c ? in[1]->i[w.off[1]] : in[2]->i[w.off[2]];
-        }
-    } else if (is(op, "Range")) {
-        if (n_in != 3) return fail(l, n, "three inputs needed");
-        s = eval_range(l, n, in, &out);
-    } else if (is(op, "ConstantOfShape")) {
-        const kiln__onnx_attr *a = kiln__onnx_find_attr(n, "value");
-        if (!in[0]->i || in[0]->rank != 1 || in[0]->n > R)
-            return fail(l, n, "the shape is not an integer vector of up to 16");
-        if (!make(l, &out, a ? a->t->type : KILN_ONNX_FLOAT, (int32_t)in[0]->n, in[0]->i))
-            return fail(l, n, "a value over %d elements, or a negative dim", KILN_ONNX_HOST_MAX);
-        if (a && held_type(a->t->type)) { /* the value tensor's one element, read as an initializer is */
-            const uint8_t *p = a->t->data;
-            if (a->t->type == KILN_ONNX_FLOAT) {
-                float v;
-                memcpy(&v, p, 4);
-                for (int64_t j = 0; j < out.n; j++)
-                    out.f[j] = v;
-            } else {
-                int64_t v = 0;
-                if (a->t->type == KILN_ONNX_INT64)
-                    memcpy(&v, p, 8);
-                else if (a->t->type == KILN_ONNX_INT32) {
-                    int32_t w;
-                    memcpy(&w, p, 4);
-                    v = w;
-                } else
-                    v = p[0] != 0;
-                for (int64_t j = 0; j < out.n; j++)
-                    out.i[j] = v;
-            }
-        } else if (!a) {
-            for (int64_t j = 0; j < out.n; j++)
-                out.f[j] = 0.0;
-        } else {
-            return fail(l, n, "a value of type %s", kiln__onnx_type_name(a->t->type));
-        }
-    } else if (is(op, "DequantizeLinear") || is(op, "QuantizeLinear")) {
+    else if (is(op, "Slice") || is(op, "Transpose") || is(op, "Expand") || is(op, "Gather") ||
+             is(op, "GatherElements") || is(op, "GatherND"))
+        s = eval_movement(l, n, in[0], &out);
+    else if (is(op, "Where"))
+        s = eval_where(l, n, in, &out);
+    else if (is(op, "Range"))
+        s = n_in == 3 && in[1] && in[2] ? eval_range(l, n, in, &out) : fail(l, n, "three inputs needed");
+    else if (is(op, "ConstantOfShape"))
+        s = eval_constant_of_shape(l, n, in[0], &out);
+    else if (is(op, "DequantizeLinear") || is(op, "QuantizeLinear"))
         s = eval_quant(l, n, in, &out);
-    } else if (is(op, "Trilu")) {
+    else if (is(op, "Trilu"))
         s = eval_trilu(l, n, in[0], &out);
-    } else if (is_unary(op)) {
+    else if (is_unary(op))
         s = eval_unary(l, n, in[0], &out);
-    } else if (is_binary(op)) {
-        for (int32_t j = 0; j < n_in; j++)
-            if (!in[j]) return fail(l, n, "an omitted operand");
-        for (int32_t j = 1; j < n_in; j++)
-            if (!in[0]->f && in[j]->f) return fail(l, n, "an integer operand with a float one");
+    else if (is_binary(op))
         s = eval_binary(l, n, in, n_in, &out);
-    } else {
+    else
         return fail(l, n, "Kiln does not compute this operator on shapes");
-    }
     if (s) return s;
     l->host[k] = out;
     return KILN_OK;

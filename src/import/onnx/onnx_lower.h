@@ -108,9 +108,11 @@ bool kiln__onnx_host_node(kiln__onnx_lowering *l, const kiln__onnx_node *n);
 kiln_status kiln__onnx_host_eval(kiln__onnx_lowering *l, const kiln__onnx_node *n);
 const kiln__onnx_host *kiln__onnx_host_of(kiln__onnx_lowering *l, const char *name);
 const int64_t *kiln__onnx_ints_of(kiln__onnx_lowering *l, const char *name, int64_t *n);
-/* Forget every host value and free their scratch (before lowering a key, and at the end). */
+/* Forget every host value and free their scratch (before lowering a key, and at the end); room for n
+ * elements of size bytes in that scratch, NULL past KILN_ONNX_HOST_BYTES per key or out of memory. */
 void kiln__onnx_host_reset(kiln__onnx_lowering *l);
-/* Shared by the host and the runtime lowering: the result dims of Identity, Cast, Reshape, Flatten,
+void *kiln__onnx_scratch(kiln__onnx_lowering *l, int64_t n, size_t size);
+/* Index maps (onnx_index.c), shared by the host and the runtime lowering: the result dims of Identity, Cast, Reshape, Flatten,
  * Squeeze and Unsqueeze (v: the shape or axes input, NULL when absent), or -1 with *why; Slice's start,
  * step and count per axis (-1 when its inputs are not known); the flat source index of every output
  * element of Slice, Transpose, Gather, GatherElements and GatherND (indices known on the host) over data of
