@@ -23,7 +23,9 @@
  * the bit: the frequencies come from the host, products are correctly rounded in Vulkan and the factor's
  * division is rounded correctly with a fused fma; sin and cos are rope.comp's own, within a few ulps, so an
  * output differs by at most ~2.4e-7 per term and two roundings: 1e-6, doubled; the driver's pow, sin and
- * cos would not do: one ulp of an angle of 511 radians is 3e-5), attention over F16/Q8_0 rows 1e-5 (the same dequantized floats as
+ * cos would not do: one ulp of an angle of 511 radians is 3e-5), the unary functions of imported graphs 1e-6
+ * (erf has no GLSL built-in: unary.comp's is Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7, plus float
+ * rounding; neg, not and round exact), attention over F16/Q8_0 rows 1e-5 (the same dequantized floats as
  * the CPU's, summed in another order). Measured on lavapipe: at most 4.7e-7 (printed per case). Where
  * the CPU multiplies F16 prefill in bf16 (AVX512-BF16), that case's tolerance is 1e-2 (device_tolerance).
  */
@@ -123,6 +125,8 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
     switch (c->op) {
     case KILN_OP_ADD:
     case KILN_OP_MUL:
+    case KILN_OP_SUB:
+    case KILN_OP_DIV:
     case KILN_OP_SWIGLU:
     case KILN_OP_ADD_ACT:
         if (c->variant == 1) { /* a strided source: the transpose of a [a1, a0] leaf */
@@ -135,9 +139,17 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         } else {
             a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
         }
+        bool fresh = !d->buf[1]; /* the case builds twice (CPU, backend): adjust its data once */
         b = leaf(g, d, 1, KILN_TYPE_F32, dims(c->b), c->b, c->variant == 2 ? w : in);
         if (c->op == KILN_OP_ADD) return kiln__add(g, a, b);
         if (c->op == KILN_OP_MUL) return kiln__mul(g, a, b);
+        if (c->op == KILN_OP_SUB) return kiln__sub(g, a, b);
+        if (c->op == KILN_OP_DIV) { /* divisors away from zero: 0.5 <= |y| < 1.5 */
+            float *y = d->buf[1];
+            for (int64_t e = 0; fresh && b && e < kiln__tensor_nelements(b); e++)
+                y[e] = y[e] < 0.0f ? y[e] - 0.5f : y[e] + 0.5f;
+            return kiln__div(g, a, b);
+        }
         if (c->op == KILN_OP_SWIGLU) return kiln__swiglu(g, a, b);
         return kiln__add_act(g, a, b, c->variant >= 3 ? c->variant - 2 : KILN_ACT_SILU);
     case KILN_OP_SCALE:
@@ -162,6 +174,21 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         if (c->op == KILN_OP_RELU) return kiln__relu(g, a);
         if (c->op == KILN_OP_TANH) return kiln__tanh(g, a);
         return kiln__cont(g, a);
+    case KILN_OP_UNARY: { /* variant: the function; inputs in [-4, 4), positive for sqrt and log, no zero for
+                           * the reciprocal, whole and half values for round and zeros for not */
+        bool fresh_a = !d->buf[0]; /* the case builds twice (CPU, backend): adjust its data once */
+        a = leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in);
+        float *x = d->buf[0];
+        for (int64_t e = 0; fresh_a && a && e < kiln__tensor_nelements(a); e++) {
+            float v = x[e] * 4.0f;
+            if (c->variant == KILN_UNARY_SQRT || c->variant == KILN_UNARY_LOG) v = fabsf(v) + 1e-3f;
+            if (c->variant == KILN_UNARY_RECIP) v = v < 0.0f ? v - 0.5f : v + 0.5f;
+            if (c->variant == KILN_UNARY_ROUND && e % 2) v = (float)(e % 9) - 4.5f;
+            if (c->variant == KILN_UNARY_NOT && e % 3 == 0) v = 0.0f;
+            x[e] = v;
+        }
+        return kiln__unary(g, a, c->variant);
+    }
     case KILN_OP_RMS_NORM:
         return kiln__rms_norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
     case KILN_OP_NORM: return kiln__norm(g, leaf(g, d, 0, KILN_TYPE_F32, dims(c->a), c->a, in), 1e-5f);
@@ -329,6 +356,19 @@ static const bo_case cases[] = {
     {"relu rows with gaps", KILN_OP_RELU, 0, {9, 5, 1, 1}, {0}, 2, 1e-6f},
     {"silu rows with gaps", KILN_OP_SILU, 0, {31, 4, 1, 1}, {0}, 2, 1e-6f},
     {"tanh", KILN_OP_TANH, 0, {33, 7, 1, 1}, {0}, 0, 1e-6f},
+    {"sub broadcast", KILN_OP_SUB, 0, {37, 5, 3, 1}, {37, 1, 3, 1}, 0, 1e-6f},
+    {"sub strided", KILN_OP_SUB, 0, {13, 9, 1, 1}, {13, 9, 1, 1}, 1, 1e-6f},
+    {"div broadcast", KILN_OP_DIV, 0, {40, 6, 1, 1}, {40, 1, 1, 1}, 0, 1e-6f},
+    {"unary sigmoid", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_SIGMOID, 1e-6f},
+    {"unary erf", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_ERF, 1e-6f},
+    {"unary sqrt", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_SQRT, 1e-6f},
+    {"unary exp", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_EXP, 1e-6f},
+    {"unary log", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_LOG, 1e-6f},
+    {"unary neg", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_NEG, 0.0f},
+    {"unary reciprocal", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_RECIP, 1e-6f},
+    {"unary gelu erf", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_GELU_ERF, 1e-6f},
+    {"unary not", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_NOT, 0.0f},
+    {"unary round", KILN_OP_UNARY, 0, {65, 7, 1, 1}, {0}, KILN_UNARY_ROUND, 0.0f},
     {"cont of a transpose", KILN_OP_CONT, 0, {13, 9, 1, 1}, {0}, 1, 0.0f},
     {"rms_norm", KILN_OP_RMS_NORM, 0, {100, 6, 1, 1}, {0}, 0, 1e-5f},
     {"rms_norm long rows", KILN_OP_RMS_NORM, 0, {1000, 3, 2, 1}, {0}, 0, 1e-5f},

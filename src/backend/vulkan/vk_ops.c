@@ -103,6 +103,8 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
     switch (n->op) {
     case KILN_OP_ADD:
     case KILN_OP_MUL:
+    case KILN_OP_SUB:
+    case KILN_OP_DIV:
     case KILN_OP_SWIGLU:
     case KILN_OP_ADD_ACT:
         if (n->op == KILN_OP_ADD_ACT && (n->ip[0] < KILN_ACT_NONE || n->ip[0] > KILN_ACT_SILU)) return false;
@@ -114,6 +116,8 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_RELU:
     case KILN_OP_TANH:
     case KILN_OP_CONT:
+    case KILN_OP_UNARY:
+        if (n->op == KILN_OP_UNARY && (n->ip[0] < 0 || n->ip[0] > KILN_UNARY_ROUND)) return false;
         return is_f32(a) && fits(c, a, true) && kiln__tensor_nelements(a) == kiln__tensor_nelements(n);
     case KILN_OP_RMS_NORM:
     case KILN_OP_NORM:
@@ -184,6 +188,8 @@ static kiln_status record_binary(kiln_vk_ctx *c, const kiln_tensor *n) {
     uint32_t op = n->op == KILN_OP_ADD      ? 0
                   : n->op == KILN_OP_MUL    ? 1
                   : n->op == KILN_OP_SWIGLU ? 2
+                  : n->op == KILN_OP_SUB    ? 4
+                  : n->op == KILN_OP_DIV    ? 5
                                             : 3 | (uint32_t)n->ip[0] << 8;
     if ((s = bind_all(c, ts, b))) return s;
     uint32_t pc[24] = {b[0].rem / 4,       b[1].rem / 4,       b[3].rem / 4,       op,
@@ -211,6 +217,7 @@ static kiln_status record_unary(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_GELU: op = 2 | KILN_ACT_GELU << 8; break;
     case KILN_OP_RELU: op = 2 | KILN_ACT_RELU << 8; break;
     case KILN_OP_TANH: op = 3; break;
+    case KILN_OP_UNARY: op = 4 | (uint32_t)n->ip[0] << 8; break;
     default: op = 0; break; /* cont */
     }
     /* cont may reshape: walk the source in its own shape and write the destination contiguously. */
@@ -499,6 +506,8 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     switch (n->op) {
     case KILN_OP_ADD:
     case KILN_OP_MUL:
+    case KILN_OP_SUB:
+    case KILN_OP_DIV:
     case KILN_OP_SWIGLU:
     case KILN_OP_ADD_ACT: return record_binary(c, n);
     case KILN_OP_SCALE:
@@ -506,6 +515,7 @@ kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *n) {
     case KILN_OP_GELU:
     case KILN_OP_RELU:
     case KILN_OP_TANH:
+    case KILN_OP_UNARY:
     case KILN_OP_CONT: return record_unary(c, n);
     case KILN_OP_RMS_NORM:
     case KILN_OP_RMS_NORM_MUL:

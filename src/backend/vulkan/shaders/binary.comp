@@ -1,13 +1,13 @@
 #version 450
 // binary.comp - d = f(a, b) elementwise with b broadcast (each b dim divides a's), any strides: add, mul,
-// swiglu (silu(a) * b) and add_act (act(a + b)). One invocation per output element.
+// swiglu (silu(a) * b), add_act (act(a + b)), sub and div. One invocation per output element.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer B { float b[]; };
 layout(std430, set = 0, binding = 3) buffer D { float d[]; };
 layout(push_constant) uniform P {
-    uint off_a, off_b, off_d, op; // op: 0 add, 1 mul, 2 swiglu, 3 add_act; activation in bits 8..15
+    uint off_a, off_b, off_d, op; // op: 0 add, 1 mul, 2 swiglu, 3 add_act (activation in bits 8..15), 4 sub, 5 div
     uint ne0, ne1, ne2, ne3;
     uint a_nb0, a_nb1, a_nb2, a_nb3; // strides in elements
     uint b_ne0, b_ne1, b_ne2, b_ne3;
@@ -29,6 +29,8 @@ void main() {
     if (kind == 0u) v = x + y;
     else if (kind == 1u) v = x * y;
     else if (kind == 2u) v = act(3u, x) * y;
+    else if (kind == 4u) v = x - y;
+    else if (kind == 5u) v = x / y;
     else v = act(p.op >> 8, x + y);
     d[p.off_d + i0 * p.d_nb0 + i1 * p.d_nb1 + i2 * p.d_nb2 + i3 * p.d_nb3] = v;
 }
