@@ -16,6 +16,7 @@ static const char onnx_help[] =
     "usage: kiln onnx inspect [--json] FILE\n"
     "       kiln onnx inspect --before|--after [--dims NAME=N,...] [-t N] FILE\n"
     "       kiln onnx run MODEL --input NAME=FILE.npy ... [--output-dir DIR]   (kiln onnx run --help)\n"
+    "       kiln onnx bench MODEL [--dims NAME=N,...] [-r N]                  (kiln onnx bench --help)\n"
     "\n"
     "Load an ONNX model (opsets 13 to 21, the operators in docs/onnx.md), validate it and infer its shapes,\n"
     "then print its IR version, opset and producer, its inputs and outputs (element type and shape; a\n"
@@ -173,14 +174,11 @@ static int64_t dim_value(const char *dims, const char *name) {
     return 1;
 }
 
-/* --before / --after: the session's graph for the inputs' shapes with --dims bound. */
-static int dump_graph(kiln_onnx *m, bool after, const char *dims, int threads) {
+int cli_onnx_inputs(kiln_onnx *m, const char *dims, kiln_onnx_buffer **out) {
     int32_t n = kiln_onnx_input_count(m);
     kiln_onnx_buffer *in = calloc((size_t)(n > 0 ? n : 1), sizeof *in);
-    kiln_onnx_session_params sp = kiln_onnx_session_params_default();
-    kiln_onnx_session *s = NULL;
     kiln_status st = in ? KILN_OK : KILN_E_NOMEM;
-    sp.n_threads = threads;
+    *out = NULL;
     for (int32_t i = 0; !st && i < n; i++) {
         kiln_onnx_value_info v;
         if ((st = kiln_onnx_input(m, i, &v))) break;
@@ -202,8 +200,25 @@ static int dump_graph(kiln_onnx *m, bool after, const char *dims, int threads) {
             }
         }
     }
-    if (!st) st = kiln_onnx_session_create(m, &sp, &s);
-    if (!st) st = kiln_onnx_session_graph_dump(s, in, n, after, print_line, NULL);
+    if (st) {
+        free(in);
+        return cli_fail("onnx", st, NULL);
+    }
+    *out = in;
+    return CLI_OK;
+}
+
+/* --before / --after: the session's graph for the inputs' shapes with --dims bound. */
+static int dump_graph(kiln_onnx *m, bool after, const char *dims, int threads) {
+    kiln_onnx_buffer *in = NULL;
+    kiln_onnx_session_params sp = kiln_onnx_session_params_default();
+    kiln_onnx_session *s = NULL;
+    kiln_status st;
+    int rc = cli_onnx_inputs(m, dims, &in);
+    if (rc) return rc;
+    sp.n_threads = threads;
+    st = kiln_onnx_session_create(m, &sp, &s);
+    if (!st) st = kiln_onnx_session_graph_dump(s, in, kiln_onnx_input_count(m), after, print_line, NULL);
     kiln_onnx_session_destroy(s);
     free(in);
     return st ? cli_fail("onnx", st, NULL) : CLI_OK;
@@ -220,6 +235,7 @@ int cmd_onnx(int argc, char **argv) {
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     if (!strcmp(argv[1], "run")) return cmd_onnx_run(argc, argv);
+    if (!strcmp(argv[1], "bench")) return cmd_onnx_bench(argc, argv);
     if (strcmp(argv[1], "inspect") != 0) return cli_usage_error("onnx", "unknown subcommand '%s'", argv[1]);
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

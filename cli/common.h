@@ -109,6 +109,10 @@ int cmd_batched_bench(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_onnx(int argc, char **argv);
-int cmd_onnx_run(int argc, char **argv); /* kiln onnx run (cmd_onnx_run.c) */
+int cmd_onnx_run(int argc, char **argv);   /* kiln onnx run (cmd_onnx_run.c) */
+int cmd_onnx_bench(int argc, char **argv); /* kiln onnx bench (cmd_onnx_bench.c) */
+/* The model's fed inputs as buffers of their shapes, symbolic dims bound by --dims ("NAME=N,...", 1 where it
+ * says nothing), data NULL; *out to free(). CLI_OK, or CLI_USAGE / CLI_FAIL after reporting (cmd_onnx.c). */
+int cli_onnx_inputs(kiln_onnx *m, const char *dims, kiln_onnx_buffer **out);
 
 #endif

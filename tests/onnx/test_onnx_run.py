@@ -447,6 +447,26 @@ def test_the_cli_runs_a_model_on_npy_inputs_and_writes_npy_outputs(kiln_cli, tmp
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference(model, {"x": x})[0], rtol=tol(16), atol=tol(16))
 
 
+def test_the_cli_benchmarks_a_model_at_the_shapes_dims_gives(kiln_cli):
+    """kiln onnx bench: one compile for the shapes, then the timed runs' summary; a bad --dims or --weights is
+    a usage error or a named failure."""
+    import pathlib
+    import re
+    import subprocess
+
+    bert = str(pathlib.Path(__file__).resolve().parent / "torch_models" / "bert-dynamo.onnx")
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--dims", "batch=2,seq=6", "-r", "3", "-t", "1", bert],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^first run \(compiles the plan\): [0-9.]+ ms$", r.stdout, re.M), r.stdout
+    assert re.search(r"^3 runs: median [0-9.]+ ms, fastest [0-9.]+, slowest [0-9.]+; plans compiled: 1$", r.stdout,
+                     re.M), r.stdout
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--dims", "batch=two", bert], capture_output=True, text=True)
+    assert r.returncode == 2 and "--dims 'batch=two': give NAME=N pairs" in r.stderr
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--weights", "int4", bert], capture_output=True, text=True)
+    assert r.returncode == 1 and "weights 'int4': give \"float\" or \"q8_0\"" in r.stderr
+
+
 @pytest.mark.parametrize("content, message", [
     (b"not numpy", "not a .npy file"),
     (b"\x93NUMPY\x01\x00\x40\x00{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", "header of 64 bytes"),
