@@ -186,3 +186,17 @@ def test_every_exported_model_runs_with_the_vulkan_backend_in_the_engine():
                 assert got.shape == ref.shape
                 err = np.abs(got.astype(np.float64) - ref)
                 assert (err <= tol(entry["model"]) * (1 + np.abs(ref))).all(), f"{stem}: max error {err.max():.3g}"
+
+
+def test_exported_attention_becomes_one_fused_node_per_batch_row_and_layer(kiln_cli):
+    """GPT-2 and BERT, both exporters: the exported chain (Transpose, MatMul, scale, mask add, Softmax,
+    MatMul, Transpose) lowers to Kiln's fused attention (onnx_attention.c), one node per batch row and layer,
+    and no softmax is left; the outputs' agreement with onnxruntime is the first test's."""
+    import subprocess
+
+    for stem in ("gpt2-torchscript", "gpt2-dynamo", "bert-torchscript", "bert-dynamo"):
+        r = subprocess.run([kiln_cli, "onnx", "inspect", "--after", "--dims", "batch=3,seq=8",
+                            str(HERE / f"{stem}.onnx")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        ops = [line.split()[2] for line in r.stdout.splitlines() if line.startswith("#")]
+        assert ops.count("attention") == 3 * 2 and "softmax" not in ops, (stem, ops.count("attention"))

@@ -671,7 +671,9 @@ static kiln_tensor *lower_pow(lower *c) {
 static kiln_tensor *lower_gather(lower *c);
 
 static kiln_tensor *lower_transpose(lower *c) {
-    kiln_tensor *x = operand(c, 0);
+    kiln_tensor *fused = kiln__onnx_fuse_attention(c->l, c->g, c->n), *x;
+    if (fused || kiln__graph_status(c->g)) return fused;
+    x = operand(c, 0);
     int32_t r = rank_of(c, c->n->inputs[0]), axes[KILN_MAX_DIMS] = {0, 1, 2, 3};
     const kiln__onnx_attr *perm = kiln__onnx_find_attr(c->n, "perm");
     if (!x) return NULL;

@@ -125,6 +125,10 @@ int64_t kiln__onnx_index_map(kiln__onnx_lowering *l, const kiln__onnx_node *n, i
                              const int64_t *x_dims, int32_t *out_rank, int64_t *out_dims, int64_t **idx,
                              const char **why);
 
+/* Attention as torch.onnx exports it, ending at the Transpose t (onnx_attention.c): the fused attention
+ * op's result for t's output, or NULL when the chain does not match (then t is lowered as written). */
+kiln_tensor *kiln__onnx_fuse_attention(kiln__onnx_lowering *l, kiln_graph *g, const kiln__onnx_node *t);
+
 /* The ONNX shape (rank and dims) of a Kiln tensor that holds a rank-r value. */
 void kiln__onnx_shape_of(const kiln_tensor *t, int32_t rank, int64_t *dims);
 
