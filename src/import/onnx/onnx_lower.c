@@ -897,6 +897,28 @@ static kiln_tensor *lower_concat(lower *c) {
     return swap_outer(g, kiln__reshape(g, acc, KILN_MAX_DIMS, ne), k);
 }
 
+/* Expand above rank 4 where the dims merged into Kiln's dim 3 (all but the last three) are the same in x and
+ * the result, so that the broadcast happens within the last three: transformers' repeat_kv ([B, Hkv, 1, S, D]
+ * to [B, Hkv, n_rep, S, D]) becomes a 4-D broadcast instead of an element gather. NULL when it does not
+ * apply. */
+static kiln_tensor *expand_merged(lower *c, kiln_tensor *x, const int64_t *v, int64_t n) {
+    int64_t in[KILN_MAX_ONNX_RANK], out[KILN_MAX_ONNX_RANK], full[KILN_MAX_DIMS] = {1, 1, 1, 1};
+    int32_t r = dims_in(c, x, 0, in), ro = (int32_t)n;
+    if (r < 0 || ro != r || r > KILN_MAX_ONNX_RANK || r < 4) return NULL;
+    for (int32_t d = 0; d < r; d++) {
+        if (in[d] != v[d] && in[d] != 1 && v[d] != 1) return NULL;
+        out[d] = in[d] == 1 ? v[d] : in[d];
+        if (d < r - 3 && out[d] != in[d]) return NULL; /* a merged dim would broadcast */
+    }
+    for (int32_t d = 0; d < r; d++) /* Kiln dims: the last three, then the rest merged */
+        if (d >= r - 3)
+            full[r - 1 - d] = out[d];
+        else
+            full[3] *= out[d];
+    if (x->ne[0] != in[r - 1] || x->ne[1] != in[r - 2] || x->ne[2] != in[r - 3]) return NULL;
+    return reshape_to(c, expand_to(c, x, full), r, out);
+}
+
 /* Expand: x broadcast to the shape (numpy's rule, both ways). */
 static kiln_tensor *lower_expand(lower *c) {
     kiln_tensor *x = operand(c, 0);
@@ -905,8 +927,10 @@ static kiln_tensor *lower_expand(lower *c) {
     int32_t r = rank_of(c, c->n->outputs[0]);
     if (!x) return NULL;
     if (!v) return fail(c, "its shape is computed from tensor values");
-    if (n > KILN_MAX_DIMS || r > KILN_MAX_DIMS || rank_of(c, c->n->inputs[0]) > KILN_MAX_DIMS)
-        return lower_gather(c);
+    if (n > KILN_MAX_DIMS || r > KILN_MAX_DIMS || rank_of(c, c->n->inputs[0]) > KILN_MAX_DIMS) {
+        kiln_tensor *y = expand_merged(c, x, v, n);
+        return y || c->status || kiln__graph_status(c->g) ? y : lower_gather(c);
+    }
     ne_of((int32_t)n, v, ne);
     for (int d = 0; d < KILN_MAX_DIMS; d++) {
         if (ne[d] != x->ne[d] && ne[d] != 1 && x->ne[d] != 1) return fail(c, "the shape does not broadcast");
