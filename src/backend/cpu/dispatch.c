@@ -24,7 +24,7 @@ static void build(void) {
             kiln__cpu_isa_init_avx2_kquants(&tables[l]);
             kiln__cpu_isa_init_avx2_packed(&tables[l]);
             kiln__cpu_isa_init_avx2_packed_kquants(&tables[l]);
-            kiln__cpu_isa_init_avx2_half(&tables[l]);
+            kiln__cpu_isa_init_avx2_pairs(&tables[l]);
             kiln__cpu_isa_init_avx2_attention(&tables[l]);
         }
         if (l == KILN_CPU_AVX512) {

@@ -130,7 +130,7 @@ typedef struct kiln_cpu_isa {
      * last group (kiln__repack_pads), whose tiles store only the nr outputs asked for. NULL: this level
      * does not use repacked weights. */
     kiln_mm_fn mm_packed[KILN_TYPE_COUNT];
-    /* F16/BF16 prefill over repacked weights (repack_half.c) in bf16 arithmetic: x holds nc columns of k
+    /* F16/BF16 prefill over repacked weights (repack_pairs.c) in bf16 arithmetic: x holds nc columns of k
      * bf16 values, xs bytes apart (f32_to_bf16 made them); weights are rounded to bf16 as f32_to_bf16
      * rounds, and each pair of products adds to a float sum (AVX512-BF16's vdpbf16ps). Twice the float
      * FMA's products per instruction, for about 2^-8 relative error per product (kiln__mm_bf16_ref is
@@ -151,6 +151,7 @@ typedef struct kiln_cpu_isa {
     void (*swiglu_f32)(float *out, const float *g, const float *u, int64_t n); /* silu(g) * u */
     void (*silu_f32)(float *out, const float *x, int64_t n); /* x * (1 / (1 + e^-x)) */
     void (*gelu_f32)(float *out, const float *x, int64_t n); /* tanh-approximation GELU */
+    void (*gelu_erf_f32)(float *out, const float *x, int64_t n); /* exact GELU: 0.5 x (1 + erf(x / sqrt 2)) */
     float (*sum_sq_f32)(const float *x, int64_t n);                                 /* sum of x^2 */
     void (*scale_mul_f32)(float *out, float s, const float *x, const float *w, int64_t n); /* (s x) w */
     /* Attention (F32, F16 or Q8_0 K/V, with the mask) with kiln__cpu_flash_attention's contract, or false
@@ -162,7 +163,7 @@ typedef struct kiln_cpu_isa {
 
 /* Repacking (repack.c): whether a [k, n] weight of this type can be repacked, bytes per group of 16
  * rows, and the rewrite itself (row_bytes is the source row stride). The copy holds (n + 15) / 16 groups;
- * only the types kiln__repack_pads names (F16, BF16, Q4_K, Q6_K) accept n that is not a multiple of 16
+ * only the types kiln__repack_pads names (F32, F16, BF16, Q4_K, Q6_K) accept n that is not a multiple of 16
  * (their last group is zero-padded). */
 bool kiln__repack_supported(kiln_type type, int64_t k, int64_t n);
 bool kiln__repack_pads(kiln_type type); /* whether n need not be a multiple of 16 (zero rows pad) */
@@ -170,10 +171,10 @@ size_t kiln__repack_kquants_group_bytes(kiln_type type, int64_t k); /* Q4_K, Q6_
 void kiln__repack_kquants(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 size_t kiln__repack_group_bytes(kiln_type type, int64_t k);
 void kiln__repack(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
-/* The F16/BF16 layout (repack_half.c): 16-row groups of element pairs. */
-bool kiln__repack_half_supported(int64_t k, int64_t n);
-size_t kiln__repack_half_group_bytes(int64_t k);
-void kiln__repack_half(const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
+/* The F32/F16/BF16 layout (repack_pairs.c): 16-row groups of element pairs. */
+bool kiln__repack_pairs_supported(int64_t k, int64_t n);
+size_t kiln__repack_pairs_group_bytes(kiln_type type, int64_t k);
+void kiln__repack_pairs(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst);
 
 /* The reference of the mm_packed_bf16 tiles for an F16 or BF16 weight (NULL for others), on unpacked
  * rows: each weight rounded as f32_to_bf16 rounds, and per element pair the sum gains the second
@@ -201,10 +202,10 @@ void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_kquants(kiln_cpu_isa *t);
 /* The AVX2 tiles over repacked weights (mm_packed; the AVX-512 level replaces every one of them):
- * Q8_0/Q4_0 (x86/avx2_packed.c), Q4_K/Q6_K (x86/avx2_packed_kquants.c), F16/BF16 (x86/avx2_half.c). */
+ * Q8_0/Q4_0 (x86/avx2_packed.c), Q4_K/Q6_K (x86/avx2_packed_kquants.c), F32/F16/BF16 (x86/avx2_pairs.c). */
 void kiln__cpu_isa_init_avx2_packed(kiln_cpu_isa *t);
 void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t);
-void kiln__cpu_isa_init_avx2_half(kiln_cpu_isa *t);
+void kiln__cpu_isa_init_avx2_pairs(kiln_cpu_isa *t);
 /* The fused flash-attention kernel with 8 queries in the lanes (x86/avx2_attention.c; the AVX-512 level's
  * 16-lane kernel replaces it). */
 void kiln__cpu_isa_init_avx2_attention(kiln_cpu_isa *t);

@@ -41,9 +41,11 @@ void kiln__act_row(const kiln_cpu_isa *isa, int32_t act, float *out, const float
 
 typedef float (*unary_fn)(const kiln_tensor *node, float x);
 
+typedef void (*row_fn)(float *out, const float *x, int64_t n);
+
 /* out = f(x) per element; act names the activation f computes (KILN_ACT_NONE: another function), whose
- * contiguous rows go through kiln__act_row. */
-static void unary_rows(const kiln_cpu_args *a, unary_fn f, int32_t act) {
+ * contiguous rows go through kiln__act_row; or row, when not NULL, is the level's helper for such rows. */
+static void unary_rows(const kiln_cpu_args *a, unary_fn f, int32_t act, row_fn row) {
     const kiln_tensor *x = a->dst->src[0];
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     int64_t r0, r1;
@@ -57,6 +59,10 @@ static void unary_rows(const kiln_cpu_args *a, unary_fn f, int32_t act) {
             kiln__act_row(isa, act, out, (const float *)xr, x->ne[0]);
             continue;
         }
+        if (row && x->nb[0] == sizeof(float)) {
+            row(out, (const float *)xr, x->ne[0]);
+            continue;
+        }
         for (int64_t i = 0; i < x->ne[0]; i++) out[i] = f(a->dst, *(const float *)(xr + i * (int64_t)x->nb[0]));
     }
 }
@@ -66,7 +72,8 @@ static float tanh_fn(const kiln_tensor *n, float x) { (void)n; return tanhf(x); 
 static float relu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_RELU, x); }
 static float gelu_fn(const kiln_tensor *n, float x) { (void)n; return kiln__act_apply(KILN_ACT_GELU, x); }
 
-/* KILN_OP_UNARY: the function i[0], in float through libm (the scalar reference; no SIMD form yet). */
+/* KILN_OP_UNARY: the function i[0], in float through libm (the scalar reference; contiguous rows of the
+ * exact GELU go through the level's gelu_erf_f32, the others have no SIMD form yet). */
 static float unary_fn_of(const kiln_tensor *n, float x) {
     switch (n->ip[0]) {
     case KILN_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-x));
@@ -83,11 +90,14 @@ static float unary_fn_of(const kiln_tensor *n, float x) {
     }
 }
 
-void kiln__cpu_unary(const kiln_cpu_args *a) { unary_rows(a, unary_fn_of, KILN_ACT_NONE); }
-void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn, KILN_ACT_NONE); }
-void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn, KILN_ACT_NONE); }
-void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn, KILN_ACT_RELU); }
-void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn, KILN_ACT_GELU); }
+void kiln__cpu_unary(const kiln_cpu_args *a) {
+    unary_rows(a, unary_fn_of, KILN_ACT_NONE,
+               a->dst->ip[0] == KILN_UNARY_GELU_ERF ? kiln__cpu_isa()->gelu_erf_f32 : NULL);
+}
+void kiln__cpu_scale(const kiln_cpu_args *a) { unary_rows(a, scale_fn, KILN_ACT_NONE, NULL); }
+void kiln__cpu_tanh(const kiln_cpu_args *a) { unary_rows(a, tanh_fn, KILN_ACT_NONE, NULL); }
+void kiln__cpu_relu(const kiln_cpu_args *a) { unary_rows(a, relu_fn, KILN_ACT_RELU, NULL); }
+void kiln__cpu_gelu(const kiln_cpu_args *a) { unary_rows(a, gelu_fn, KILN_ACT_GELU, NULL); }
 
 void kiln__cpu_concat(const kiln_cpu_args *a) {
     size_t row = a->dst->nb[1];

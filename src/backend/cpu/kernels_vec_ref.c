@@ -35,6 +35,11 @@ static void gelu_f32(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = kiln__act_apply(KILN_ACT_GELU, x[i]);
 }
 
+/* Exact (erf) GELU through libm, as the unary op's scalar loop computes it. */
+static void gelu_erf_f32(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
 static float sum_sq_f32(const float *x, int64_t n) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
@@ -52,6 +57,7 @@ void kiln__cpu_isa_init_vec_ref(kiln_cpu_isa *t) {
     t->swiglu_f32 = swiglu_f32;
     t->silu_f32 = silu_f32;
     t->gelu_f32 = gelu_f32;
+    t->gelu_erf_f32 = gelu_erf_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }

@@ -10,7 +10,7 @@
  *   Q4_0  4 x 64 bytes: vector j holds, for row r, bytes 4j..4j+3 of the row's qs (low nibbles are
  *         elements 4j..4j+3, high nibbles elements 16+4j..16+4j+3); then the 16 scales. 288 bytes.
  * Group g starts at g * (K / 32) * block_group_bytes.
- * F16 and BF16 weights have their own layout (repack_half.c), Q4_K and Q6_K theirs (repack_kquants.c);
+ * F32, F16 and BF16 weights have their own layout (repack_pairs.c), Q4_K and Q6_K theirs (repack_kquants.c);
  * these entry points route them there.
  */
 #include "backend/cpu/kernels.h"
@@ -21,26 +21,30 @@
 
 static bool is_kquant(kiln_type type) { return type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K; }
 
+static bool is_float(kiln_type type) {
+    return type == KILN_TYPE_F32 || type == KILN_TYPE_F16 || type == KILN_TYPE_BF16;
+}
+
 size_t kiln__repack_group_bytes(kiln_type type, int64_t k) {
-    if (type == KILN_TYPE_F16 || type == KILN_TYPE_BF16) return kiln__repack_half_group_bytes(k);
+    if (is_float(type)) return kiln__repack_pairs_group_bytes(type, k);
     if (is_kquant(type)) return kiln__repack_kquants_group_bytes(type, k);
     size_t per_block = type == KILN_TYPE_Q8_0 ? 16 * 34 : type == KILN_TYPE_Q4_0 ? 16 * 18 : 0;
     return per_block * (size_t)(k / KILN_Q8_BLOCK);
 }
 
 bool kiln__repack_pads(kiln_type type) {
-    return type == KILN_TYPE_F16 || type == KILN_TYPE_BF16 || is_kquant(type);
+    return is_float(type) || is_kquant(type);
 }
 
 bool kiln__repack_supported(kiln_type type, int64_t k, int64_t n) {
-    if (type == KILN_TYPE_F16 || type == KILN_TYPE_BF16) return kiln__repack_half_supported(k, n);
+    if (is_float(type)) return kiln__repack_pairs_supported(k, n);
     if (is_kquant(type)) return k % KILN_QK_K == 0 && k > 0 && n > 0;
     return (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q4_0) && k % KILN_Q8_BLOCK == 0 && n % 16 == 0 && n > 0;
 }
 
 void kiln__repack(kiln_type type, const void *src, size_t row_bytes, int64_t k, int64_t n, void *dst) {
-    if (type == KILN_TYPE_F16 || type == KILN_TYPE_BF16) {
-        kiln__repack_half(src, row_bytes, k, n, dst);
+    if (is_float(type)) {
+        kiln__repack_pairs(type, src, row_bytes, k, n, dst);
         return;
     }
     if (is_kquant(type)) {

@@ -79,6 +79,31 @@ KILN_AVX2 static inline __m256 gelu8(__m256 x) {
     return _mm256_blendv_ps(g, _mm256_mul_ps(x, _mm256_setzero_ps()), far);
 }
 
+/* Exact GELU, 0.5 x (1 + erf(z)) with z = x / sqrt 2, through Abramowitz and Stegun 7.1.26 for |z|:
+ * erfc|z| = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-z^2), t = 1 / (1 + p |z|), within 1.5e-7 of
+ * erfc (absolute; the shaders use the same formula). 1 + erf(z) is 2 - erfc|z| for z >= 0 and erfc|z|
+ * itself below, so negative inputs lose nothing to cancellation; below z = -10 (e^(-z^2) is 0) the
+ * result is x * 0, as the reference gives. */
+KILN_AVX2 static inline __m256 gelu_erf8(__m256 x) {
+    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+    __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(a, _mm256_set1_ps(0.3275911f), _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_fmadd_ps(t, _mm256_set1_ps(1.061405429f), _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    __m256 erfc = _mm256_mul_ps(_mm256_mul_ps(p, t), kiln__exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a)));
+    __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+    __m256 one_plus = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), erfc), erfc, neg);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), one_plus);
+}
+
+KILN_AVX2 static void gelu_erf_f32(float *out, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_erf8(_mm256_loadu_ps(x + i)));
+    if (i < n) TAIL(n - i, out + i, gelu_erf8, load_part(x + i, n - i));
+}
+
 KILN_AVX2 static void silu_f32(float *out, const float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu8(_mm256_loadu_ps(x + i)));
@@ -120,6 +145,7 @@ void kiln__cpu_isa_init_avx2_vec(kiln_cpu_isa *t) {
     t->swiglu_f32 = swiglu_f32;
     t->silu_f32 = silu_f32;
     t->gelu_f32 = gelu_f32;
+    t->gelu_erf_f32 = gelu_erf_f32;
     t->sum_sq_f32 = sum_sq_f32;
     t->scale_mul_f32 = scale_mul_f32;
 }

@@ -1,6 +1,6 @@
 /*
  * avx512_bf16.c - F16/BF16 prefill tiles in bf16 arithmetic (AVX512-BF16), over the repacked weights of
- * repack_half.c, and the float-to-bf16 row conversion of their activation columns.
+ * repack_pairs.c, and the float-to-bf16 row conversion of their activation columns.
  *
  * The repacked layout is already vdpbf16ps's: one 64-byte load holds elements 2p, 2p + 1 of the 16 rows
  * of a group, row r in 32-bit lane r. Broadcasting the column's bf16 pair (x[2p], x[2p + 1]) to every

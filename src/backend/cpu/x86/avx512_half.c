@@ -1,5 +1,5 @@
 /*
- * avx512_half.c - AVX-512 matmul tiles over repacked F16 and BF16 weights (layout in repack_half.c).
+ * avx512_half.c - AVX-512 matmul tiles over repacked F16 and BF16 weights (layout in repack_pairs.c).
  *
  * One 64-byte load holds elements 2p, 2p + 1 of the 16 rows of a group. Its halves widen to two float
  * vectors in "pair lanes" (lanes 2j, 2j + 1 hold the two elements of one row), and one broadcast pair of
@@ -196,6 +196,9 @@ void kiln__cpu_isa_init_avx512_half(kiln_cpu_isa *t) {
     int streams = kiln__cpu_decode_streams();
     t->mm_packed[KILN_TYPE_F16] = kiln__cpu_avx512_half_variant(KILN_TYPE_F16, streams);
     t->mm_packed[KILN_TYPE_BF16] = kiln__cpu_avx512_half_variant(KILN_TYPE_BF16, streams);
+    /* F32 weights keep the level's 512-bit unpacked tile: the AVX2 pair tile (inherited from the base
+     * table) has not been measured against it on an AVX-512 machine. */
+    t->mm_packed[KILN_TYPE_F32] = NULL;
 }
 
 #else

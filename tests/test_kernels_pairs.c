@@ -1,9 +1,9 @@
 /*
- * test_kernels_f16.c - F16 and BF16 weights repacked into 16-row pair groups (repack_half.c) and the
- * packed tiles of every level this machine supports, against the scalar reference tile on the unpacked
- * rows, on random inputs of odd sizes; and F16/BF16 matmuls through the graph at every level.
+ * test_kernels_pairs.c - F32, F16 and BF16 weights repacked into 16-row pair groups (repack_pairs.c) and
+ * the packed tiles of every level this machine supports, against the scalar reference tile on the
+ * unpacked rows, on random inputs of odd sizes; and F16/BF16 matmuls through the graph at every level.
  *
- * Tolerance, from the arithmetic: the weights convert to float exactly, every product is one FMA, so the
+ * Tolerance, from the arithmetic: the weights are or convert to floats exactly, every product is one FMA, so the
  * only error is float rounding in the sums. A sum whose terms pass through at most n roundings is within
  * n * 2^-24 * sum|w x| of the exact value. The reference sums left to right (n = k); the packed tiles sum
  * each lane over at most k / 2 pairs, then add at most STREAMS (8) partial sums and one lane pair
@@ -32,7 +32,7 @@
 
 static uint16_t wbits[MAXN * MAXK];
 static float wval[MAXN * MAXK], xval[MAXC * MAXK];
-static unsigned char packed[3 * 16 * MAXK * 2];
+static unsigned char packed[3 * 16 * MAXK * 4];
 
 static uint16_t to_half(kiln_type type, float v) {
     return type == KILN_TYPE_F16 ? kiln_fp32_to_fp16(v) : kiln_fp32_to_bf16(v);
@@ -42,23 +42,34 @@ static float from_half(kiln_type type, uint16_t h) {
     return type == KILN_TYPE_F16 ? kiln_fp16_to_fp32(h) : kiln_bf16_to_fp32(h);
 }
 
-/* n random rows of k weights (what they mean, exactly, in wval) and nc random columns. */
+/* n random rows of k weights (what they mean, exactly, in wval; F16/BF16 bits in wbits) and nc random
+ * columns. The rows of a type are at weights(type), row_bytes(type, k) apart. */
 static void make_inputs(kiln_type type, int64_t k, int64_t n, int64_t nc, uint64_t seed) {
     uint64_t st = seed;
     for (int64_t i = 0; i < n * k; i++) {
+        if (type == KILN_TYPE_F32) {
+            wval[i] = test_rand(&st);
+            continue;
+        }
         wbits[i] = to_half(type, test_rand(&st));
         wval[i] = from_half(type, wbits[i]);
     }
     fill_random(xval, (size_t)(nc * k), seed + 1);
 }
 
+static const void *weights(kiln_type type) { return type == KILN_TYPE_F32 ? (const void *)wval : (const void *)wbits; }
+static size_t row_bytes(kiln_type type, int64_t k) { return (size_t)k * (type == KILN_TYPE_F32 ? 4 : 2); }
+
 static void repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding(void) {
     const int64_t k = 64, n = 21;
     uint32_t word;
     make_inputs(KILN_TYPE_F16, k, n, 0, 3);
     CHECK(kiln__repack_supported(KILN_TYPE_F16, k, n) && kiln__repack_supported(KILN_TYPE_BF16, k, n));
+    CHECK(kiln__repack_supported(KILN_TYPE_F32, k, n) && kiln__repack_pads(KILN_TYPE_F32));
     CHECK(!kiln__repack_supported(KILN_TYPE_F16, 48, 16)); /* K must be whole 32-element steps */
+    CHECK(!kiln__repack_supported(KILN_TYPE_F32, 48, 16));
     CHECK_EQ_INT((int64_t)kiln__repack_group_bytes(KILN_TYPE_BF16, k), k * 32);
+    CHECK_EQ_INT((int64_t)kiln__repack_group_bytes(KILN_TYPE_F32, k), k * 64);
     memset(packed, 0xab, sizeof packed);
     kiln__repack(KILN_TYPE_F16, wbits, (size_t)k * 2, k, n, packed);
     for (int64_t g = 0; g < 2; g++)
@@ -72,6 +83,18 @@ static void repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding(
                     memcpy(&word, at, 4);
                     CHECK(word == 0);
                 }
+            }
+    make_inputs(KILN_TYPE_F32, k, n, 0, 4); /* F32: the same order, 8 bytes per row's pair */
+    memset(packed, 0xab, sizeof packed);
+    kiln__repack(KILN_TYPE_F32, wval, (size_t)k * 4, k, n, packed);
+    for (int64_t g = 0; g < 2; g++)
+        for (int64_t p = 0; p < k / 2; p++)
+            for (int r = 0; r < 16; r++) {
+                int64_t row = g * 16 + r;
+                float at[2];
+                memcpy(at, packed + g * k * 64 + p * 128 + r * 8, sizeof at);
+                if (row < n) CHECK(at[0] == wval[row * k + 2 * p] && at[1] == wval[row * k + 2 * p + 1]);
+                else CHECK(at[0] == 0.0f && at[1] == 0.0f && !signbit(at[0]) && !signbit(at[1]));
             }
 }
 
@@ -138,15 +161,15 @@ static void check_outputs(const char *what, const kiln_cpu_isa *isa, kiln_type t
 static void check_packed(const kiln_cpu_isa *isa, kiln_mm_fn tile, const kiln_cpu_isa *ref, kiln_type type,
                          int64_t k, int64_t nr, int64_t nc) {
     const size_t xs = MAXK * sizeof(float), gs = kiln__repack_group_bytes(type, k);
-    kiln__repack(type, wbits, (size_t)k * 2, k, nr, packed);
+    kiln__repack(type, weights(type), row_bytes(type, k), k, nr, packed);
     run_tile(tile, k, gs, nr, xval, xs, nc);
-    ref->mm[type](k, wbits, (size_t)k * 2, nr, xval, xs, nc, want, OS);
+    ref->mm[type](k, weights(type), row_bytes(type, k), nr, xval, xs, nc, want, OS);
     const double n_ref = (double)k, n_packed = (double)k / 2 + 16;
     check_outputs("packed", isa, type, k, nr, nc, (bounds){n_packed * U, n_ref * U, (n_ref + n_packed) * U, 1});
 }
 
-static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(void) {
-    static const kiln_type types[] = {KILN_TYPE_F16, KILN_TYPE_BF16};
+static void packed_float_tiles_match_the_reference_at_every_level_for_odd_sizes(void) {
+    static const kiln_type types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16};
     static const int64_t ks[] = {32, 96, 1056, 2080}, nrs[] = {16, 21, 45}, ncs[] = {1, 3, 7, 12, 13, 17, 35};
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     int checked = 0;
@@ -154,7 +177,7 @@ static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(v
         if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
         const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
         for (size_t t = 0; t < KILN__ARRAY_LEN(types); t++) {
-            if (isa->level == KILN_CPU_AVX2) CHECK(isa->mm_packed[types[t]] != NULL); /* avx2_half.c */
+            if (isa->level == KILN_CPU_AVX2) CHECK(isa->mm_packed[types[t]] != NULL); /* avx2_pairs.c */
             if (!isa->mm_packed[types[t]]) continue;
             for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++)
                 for (size_t j = 0; j < KILN__ARRAY_LEN(nrs); j++)
@@ -162,7 +185,7 @@ static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(v
                         make_inputs(types[t], ks[i], nrs[j], ncs[c], 17 * (uint64_t)l + 5 * i + 3 * j + c + t);
                         check_packed(isa, isa->mm_packed[types[t]], ref, types[t], ks[i], nrs[j], ncs[c]);
                         checked++;
-                        if (isa->level == KILN_CPU_AVX512) { /* the decode variant this machine's table lacks */
+                        if (isa->level == KILN_CPU_AVX512 && types[t] != KILN_TYPE_F32) { /* the decode variant this machine's table lacks */
                             kiln_mm_fn alt = kiln__cpu_avx512_packed_variant(
                                 types[t], kiln__cpu_decode_streams() == 1 ? 0 : 1);
                             CHECK(alt != NULL);
@@ -172,7 +195,7 @@ static void packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes(v
                     }
         }
     }
-    printf("  (%d packed F16/BF16 cases; the machine's best level is %s)\n", checked,
+    printf("  (%d packed F32/F16/BF16 cases; the machine's best level is %s)\n", checked,
            kiln__cpu_level_name(kiln__cpu_max_level()));
 }
 
@@ -339,7 +362,7 @@ static void half_matmuls_agree_across_thread_counts_and_with_the_reference_at_ev
 
 int main(void) {
     RUN(repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding);
-    RUN(packed_half_tiles_match_the_reference_at_every_level_for_odd_sizes);
+    RUN(packed_float_tiles_match_the_reference_at_every_level_for_odd_sizes);
     RUN(activation_rows_round_to_bf16_like_the_reference_at_every_level);
     RUN(bf16_tiles_match_their_reference_and_the_exact_product_within_bf16_rounding);
     RUN(half_matmuls_agree_across_thread_counts_and_with_the_reference_at_every_level);
