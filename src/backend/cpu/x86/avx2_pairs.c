@@ -99,15 +99,43 @@ INLINE void chunk_tile(int C, int hh, const float *f, int64_t p0, int64_t n, con
     for (int c = 0; c < C; c++) part[c][2 * hh] = acc[c][0], part[c][2 * hh + 1] = acc[c][1];
 }
 
-/* Columns of tile t when n columns are cut into the fewest tiles of at most CMAX, as evenly as possible
- * (32 columns: 6, 6, 5, 5, 5, 5, not five 6s and a 2): a narrow tile has too few accumulators to hide
- * the FMA latency and spends more loads per FMA. A column's sums do not depend on its tile. */
-INLINE int tile_cols(int64_t n, int64_t t) {
-    int64_t tiles = (n + CMAX - 1) / CMAX;
+/* Both halves (all 16 rows) of an F32 chunk against C <= CMAX / 2 columns: 4 weight vectors per pair, so
+ * each activation pair is read once per chunk rather than once per half (the activations of a column
+ * block do not fit in L1 beside the chunk, and each half re-read them from L2). Same sums as two
+ * chunk_tile calls, bit for bit. */
+INLINE void chunk_tile16(int C, const float *f, int64_t p0, int64_t n, const char *x, size_t xs,
+                         __m256 (*part)[4], const float *pf) {
+    __m256 acc[CMAX / 2][4];
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < 4; i++) acc[c][i] = part[c][i];
+    for (int64_t p = p0; p < p0 + n; p++) {
+        const float *fp = f + 32 * (p - p0);
+        if (pf) {
+            _mm_prefetch((const char *)(pf + 32 * (p - p0)), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + 32 * (p - p0) + 16), _MM_HINT_T0);
+        }
+        __m256 w[4];
+        for (int i = 0; i < 4; i++) w[i] = _mm256_loadu_ps(fp + 8 * i);
+        for (int c = 0; c < C; c++) {
+            __m256 xp = pair((const float *)(const void *)(x + c * xs), p);
+            for (int i = 0; i < 4; i++) acc[c][i] = _mm256_fmadd_ps(w[i], xp, acc[c][i]);
+        }
+    }
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < 4; i++) part[c][i] = acc[c][i];
+}
+
+/* Columns of tile t when n columns are cut into the fewest tiles of at most m, as evenly as possible
+ * (32 columns in tiles of 6: 6, 6, 5, 5, 5, 5, not five 6s and a 2): a narrow tile has too few
+ * accumulators to hide the FMA latency and spends more loads per FMA. A column's sums do not depend on
+ * its tile. */
+INLINE int tile_cols(int64_t n, int64_t t, int m) {
+    int64_t tiles = (n + m - 1) / m;
     return (int)(n / tiles + (t < n % tiles ? 1 : 0));
 }
 
 #define TILE_CASE(n) case n: chunk_tile(n, hh, fc, p0, len, xc, xs, part + c0, hh == 0 && t == 0 ? pf : NULL); break;
+#define TILE16_CASE(n) case n: chunk_tile16(n, fc, p0, len, xc, xs, part + c0, t == 0 ? pf : NULL); break;
 
 /* One group times nc > 1 columns. */
 INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const char *x, size_t xs, int64_t nc,
@@ -128,10 +156,17 @@ INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const ch
             } else
                 for (int64_t p = 0; p < len; p++)
                     for (int i = 0; i < 4; i++) _mm256_store_ps(f + 32 * p + 8 * i, widen(type, w, p0 + p, i));
-            for (int hh = 0; hh < 2 && 8 * hh < rows; hh++)
-                for (int64_t c0 = 0, t = 0; c0 < ncb; c0 += tile_cols(ncb, t++)) {
+            if (type == KILN_TYPE_F32 && rows > 8) {
+                for (int64_t c0 = 0, t = 0; c0 < ncb; c0 += tile_cols(ncb, t++, CMAX / 2)) {
                     const char *xc = x + (cb + c0) * xs;
-                    switch (tile_cols(ncb, t)) {
+                    switch (tile_cols(ncb, t, CMAX / 2)) { TILE16_CASE(3) TILE16_CASE(2) TILE16_CASE(1) }
+                }
+                continue;
+            }
+            for (int hh = 0; hh < 2 && 8 * hh < rows; hh++)
+                for (int64_t c0 = 0, t = 0; c0 < ncb; c0 += tile_cols(ncb, t++, CMAX)) {
+                    const char *xc = x + (cb + c0) * xs;
+                    switch (tile_cols(ncb, t, CMAX)) {
                         TILE_CASE(6) TILE_CASE(5) TILE_CASE(4) TILE_CASE(3) TILE_CASE(2) TILE_CASE(1)
                     }
                 }
