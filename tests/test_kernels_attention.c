@@ -11,7 +11,9 @@
  * The masks: plain causal; a sliding window; two sequences interleaved token by token over interleaved
  * cells, with free cells between them; two sequences in separate cell ranges with a run of free cells
  * between; padding queries that see no key (their output must be exactly zero); finite non-zero values
- * (an ALiBi-like distance penalty). Free cells hold NaN in K and V, as a never-written cache cell may:
+ * (an ALiBi-like distance penalty); causal with the float minimum for hidden keys, as exported PyTorch
+ * graphs write it, where every 4th query's keys are all hidden (ONNX softmax then averages the values,
+ * and so must every kernel: nothing is -inf). Free cells hold NaN in K and V, as a never-written cache cell may:
  * a hidden cell must not reach any output. Shapes span several 16-row units and 64-key tiles.
  */
 #include "harness.h"
@@ -22,6 +24,7 @@
 #include "core/core.h"
 #include "graph_run.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -36,11 +39,12 @@ typedef enum mask_kind {
     MASK_SPLIT_CELLS,
     MASK_PADDING,
     MASK_FINITE,
+    MASK_FINITE_MIN,
     MASK_KINDS
 } mask_kind;
 
 static const char *const mask_names[MASK_KINDS] = {"causal", "window", "interleaved", "split cells", "padding",
-                                                   "finite values"};
+                                                   "finite values", "float minimum"};
 
 enum { WINDOW = 45, GAP = 40 };
 
@@ -69,6 +73,7 @@ static float mask_value(mask_kind kind, int64_t C, int64_t T, int64_t t, int64_t
         return j >= lo && j <= last ? 0.0f : -INFINITY;
     }
     case MASK_FINITE: return j <= pos ? -0.07f * (float)(pos - j) - (j % 5 == 0 ? 1.5f : 0.0f) : -INFINITY;
+    case MASK_FINITE_MIN: return t % 4 == 3 || j > pos ? -FLT_MAX : 0.0f;
     case MASK_KINDS: break;
     }
     return -INFINITY;

@@ -19,7 +19,7 @@
  * A unit is 8 consecutive (position, head) rows of one KV head's group: with GQA groups of 8 (TinyLlama,
  * Llama 3), one position; without GQA, 8 positions of one head. The unit visits the key tiles (KV_TILE keys,
  * starting at multiples of KV_TILE) that cover the union of its lanes' visible ranges and skips every 8-key
- * block that all its lanes' masks hide. A tile or block a lane does not see leaves that lane's m, l and Ot
+ * block that all its lanes' masks hide (-inf, or the float minimum of exported graphs: row_floor). A tile or block a lane does not see leaves that lane's m, l and Ot
  * as they were (c = exp(0) = 1, p = 0), so each lane's result depends only on its own mask row and the
  * key tiling, not on the thread count: units are dealt to threads round-robin and thread counts agree bit
  * for bit. A lane that sees no key outputs zeros.
@@ -38,6 +38,7 @@
 #include "backend/cpu/x86/avx2_exp.h"
 #include "tensor/types.h"
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -69,33 +70,56 @@ static const char *kv_rows(const unit_ctx *u, const kiln_tensor *c, int64_t hk, 
     return kiln__cpu_kv_head_rows(c, u->D, hk, j0, n, buf, u->tmp, stride);
 }
 
-/* Lanes of v that are not -inf, as a bit mask. */
-INLINE unsigned visible_bits(__m256 v) {
-    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ));
+/* Which mask values hide a key from a row: -inf always; the float minimum too, where the row has a key
+ * above it. Exported PyTorch graphs (HF GPT-2, BERT) hide keys with the float minimum rather than -inf;
+ * a score plus that is -FLT_MAX (|score| < 2^103), whose exp against the row's maximum, a visible
+ * score, is exactly 0: such a key adds exactly nothing (p = 0, and p * V = 0 for a finite V), before or
+ * after the row's first visible key (a run of them first leaves m = -FLT_MAX and sums that the first
+ * visible key rescales by exp(-FLT_MAX - s) = 0). Skipping it thus changes no output beyond the sign of
+ * a zero, and lets a causal export skip its upper triangle as a -inf mask does. A row with no key above
+ * the float minimum (ONNX: every key hidden) keeps them all, and averages the values as the reference. */
+INLINE float row_floor(const float *m, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!(m[j] <= -FLT_MAX)) return -FLT_MAX;
+    return -INFINITY;
 }
 
-/* The first entry of m[0..n) that is not -inf, or n (scalar reference: kiln__cpu_mask_range). */
-INLINE int64_t first_visible(const float *m, int64_t n) {
+/* Lanes of v above the floor (or NaN), as a bit mask. */
+INLINE unsigned visible_bits(__m256 v, __m256 floor) {
+    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, floor, _CMP_NLE_UQ));
+}
+
+/* The first entry of m[0..n) above the floor, or n (scalar reference: kiln__cpu_mask_range). */
+INLINE int64_t first_visible(const float *m, int64_t n, float floor) {
     int64_t a = 0;
     for (; a + 8 <= n; a += 8) {
-        unsigned vis = visible_bits(_mm256_loadu_ps(m + a));
+        unsigned vis = visible_bits(_mm256_loadu_ps(m + a), _mm256_set1_ps(floor));
         if (vis) return a + __builtin_ctz(vis);
     }
-    while (a < n && m[a] == -INFINITY)
+    while (a < n && m[a] <= floor)
         a++;
     return a;
 }
 
-/* The last entry of m[0..n) that is not -inf, or -1. */
-INLINE int64_t last_visible(const float *m, int64_t n) {
+/* The last entry of m[0..n) above the floor, or -1. */
+INLINE int64_t last_visible(const float *m, int64_t n, float floor) {
     int64_t b = n;
     for (; b >= 8; b -= 8) {
-        unsigned vis = visible_bits(_mm256_loadu_ps(m + b - 8));
+        unsigned vis = visible_bits(_mm256_loadu_ps(m + b - 8), _mm256_set1_ps(floor));
         if (vis) return b - 8 + 31 - __builtin_clz(vis);
     }
-    while (b > 0 && m[b - 1] == -INFINITY)
+    while (b > 0 && m[b - 1] <= floor)
         b--;
     return b - 1;
+}
+
+/* *p in every lane, through the integer broadcast (vpbroadcastd): on Zen 1 a float broadcast from memory
+ * (vbroadcastss) costs more, and this kernel does one per FMA: 25.8 -> 32.9 GFLOPS for the scores8 loop in
+ * isolation. The same bits either way. */
+INLINE __m256 bcast(const float *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_castsi256_ps(_mm256_set1_epi32(v));
 }
 
 /* Scores of 8 keys starting at row kr (stride ks bytes) for the 8 lanes, into p[0..7][lanes]. */
@@ -107,7 +131,7 @@ INLINE void scores8(const unit_ctx *u, const char *kr, size_t ks, float *p) {
         __m256 qv = _mm256_load_ps(u->qt + d * LANES);
         for (int j = 0; j < KBLOCK; j++)
             acc[j] = _mm256_fmadd_ps(
-                qv, _mm256_broadcast_ss((const float *)(kr + (size_t)j * ks + (size_t)d * 4)), acc[j]);
+                qv, bcast((const float *)(kr + (size_t)j * ks + (size_t)d * 4)), acc[j]);
     }
     for (int j = 0; j < KBLOCK; j++)
         _mm256_store_ps(p + j * LANES, acc[j]);
@@ -145,10 +169,10 @@ INLINE void values(const unit_ctx *u, const char *const *vb, size_t vs, unsigned
             const float *row = (const float *)(vb[jb / KBLOCK] + (size_t)(j - jb) * vs) + d0;
             if (full)
                 for (int i = 0; i < nd; i++)
-                    o[i] = _mm256_fmadd_ps(pj, _mm256_broadcast_ss(row + i), o[i]);
+                    o[i] = _mm256_fmadd_ps(pj, bcast(row + i), o[i]);
             else
                 for (int i = 0; i < nd; i++)
-                    o[i] = _mm256_fmadd_ps(pj, _mm256_and_ps(_mm256_broadcast_ss(row + i), vis[j]), o[i]);
+                    o[i] = _mm256_fmadd_ps(pj, _mm256_and_ps(bcast(row + i), vis[j]), o[i]);
         }
     }
     for (int i = 0; i < nd; i++)
@@ -161,10 +185,12 @@ typedef struct unit_rows {
     int n;
     int64_t rt[LANES];
     unsigned lanes[LANES];
+    float floor[LANES]; /* row_floor of each row */
+    __m256 lane_floor;  /* each lane's row's floor */
 } unit_rows;
 
 /* Whether every lane's mask over keys j0 .. j0 + nj is uniform: the lanes whose rows are all 0 there
- * (*zero; -0 counts as 0) and all -inf (the rest). Most tiles are (all but those a causal diagonal, a
+ * (*zero; -0 counts as 0) and all hidden (the rest). Most tiles are (all but those a causal diagonal, a
  * window's edge or a sequence boundary crosses); they need no per-key mask values. */
 INLINE bool uniform_tile(const unit_ctx *u, const unit_rows *rows, int64_t j0, int64_t nj, unsigned *zero) {
     unsigned z = 0, hidden = 0;
@@ -176,11 +202,11 @@ INLINE bool uniform_tile(const unit_ctx *u, const unit_rows *rows, int64_t j0, i
             __m256 mv = _mm256_loadu_ps(mr + j);
             all_zero =
                 all_zero && _mm256_movemask_ps(_mm256_cmp_ps(mv, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
-            all_hidden = all_hidden && visible_bits(mv) == 0;
+            all_hidden = all_hidden && visible_bits(mv, _mm256_set1_ps(rows->floor[i])) == 0;
         }
         for (; j < nj && (all_zero || all_hidden); j++) {
             all_zero = all_zero && mr[j] == 0.0f;
-            all_hidden = all_hidden && mr[j] == -INFINITY;
+            all_hidden = all_hidden && mr[j] <= rows->floor[i];
         }
         if (all_zero)
             z |= rows->lanes[i];
@@ -203,22 +229,27 @@ INLINE void unit_queries(const unit_ctx *u, int64_t hk, int64_t idx0, int64_t n_
                          unit_rows *rows, int64_t *lo_out, int64_t *hi_out) {
     const int64_t D = u->D, C = u->C;
     int64_t lo = C, hi = -1, tlo = 0, thi = -1;
+    float floors[LANES];
     /* Lanes past the last row repeat the last row's mask row and have zero queries; never stored. */
     for (int l = 0; l < LANES; l++) {
         int64_t idx = idx0 + kiln__cpu_min64(l, n_rows - 1), t = idx / u->group,
                 h = hk * u->group + idx % u->group;
         const float *qr = (const float *)kiln__cpu_row(u->q, h, t, 0);
         if (rows->n == 0 || rows->rt[rows->n - 1] != t) {
-            tlo = first_visible(u->mask + t * C, C);
-            thi = tlo < C ? last_visible(u->mask + t * C, C) : -1;
+            float floor = row_floor(u->mask + t * C, C);
+            tlo = first_visible(u->mask + t * C, C, floor);
+            thi = tlo < C ? last_visible(u->mask + t * C, C, floor) : -1;
+            rows->floor[rows->n] = floor;
             rows->rt[rows->n++] = t;
         }
         rows->lanes[rows->n - 1] |= 1u << l;
+        floors[l] = rows->floor[rows->n - 1];
         if (tlo <= thi) lo = kiln__cpu_min64(lo, tlo), hi = thi > hi ? thi : hi;
         moff[l] = (int32_t)(t * C);
         for (int64_t d = 0; d < D; d++)
             u->qt[d * LANES + l] = l < n_rows ? qr[d] * u->scale : 0.0f;
     }
+    rows->lane_floor = _mm256_loadu_ps(floors);
     *lo_out = lo, *hi_out = hi;
 }
 
@@ -245,7 +276,7 @@ KILN_AVX2 static void run_unit(const unit_ctx *u, int64_t hk, int64_t idx0) {
                 vis[j] = zero_lanes;
             } else { /* each lane's mask value for key j0 + j */
                 __m256 mv = _mm256_i32gather_ps(u->mask + j0 + j, mrows, 4);
-                vis[j] = _mm256_cmp_ps(mv, ninf, _CMP_NEQ_UQ);
+                vis[j] = _mm256_cmp_ps(mv, rows.lane_floor, _CMP_NLE_UQ);
                 _mm256_store_ps(u->mt + j * LANES, mv);
             }
             live |= (unsigned)(_mm256_movemask_ps(vis[j]) != 0) << (j / KBLOCK);
