@@ -24,10 +24,6 @@ static void sink_line(void *user, const char *line) {
     (void)line;
 }
 
-static size_t elem_size(kiln_onnx_type t) {
-    return t == KILN_ONNX_INT64 ? 8 : t == KILN_ONNX_BOOL ? 1 : 4;
-}
-
 static void must_fail_with_message(kiln_status s) {
     if (s != KILN_OK && !kiln_last_error()[0]) __builtin_trap();
 }
@@ -63,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             in[i].shape[d] = dim;
             if (dim > 4096 || (n *= (uint64_t)(dim ? dim : 1)) > 4096) goto done;
         }
-        in[i].size = (size_t)n * elem_size(v.type);
+        in[i].size = (size_t)n * kiln_onnx_type_size(v.type);
         if (!(bufs[i] = calloc(1, in[i].size ? in[i].size : 1))) goto done;
         in[i].data = bufs[i];
     }

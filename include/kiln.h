@@ -1013,7 +1013,7 @@ const char *kiln_onnx_type_name(kiln_onnx_type type);
  * caller's buffers. Dynamic dims (a symbolic batch or sequence length) are bound by the input shapes of
  * each run; a plan is compiled once per combination of their values and kept (the least recently used is
  * replaced past n_plans), so a shape seen before runs without compiling and without allocating.
- * What runs (operators, types, ranks up to 4, broadcasting) is in docs/onnx.md; a model with anything
+ * What runs (operators, types, ranks, broadcasting) is in docs/onnx.md; a model with anything
  * else is refused by kiln_onnx_session_create or by the first run that compiles it, with a message naming
  * the node and operator. A session borrows its model, which must outlive it. A session is not thread-safe:
  * one run at a time; several sessions of one model may run in parallel.
@@ -1045,6 +1045,10 @@ typedef struct kiln_onnx_buffer {
     void *data;
     size_t size;
 } kiln_onnx_buffer;
+
+/* Bytes per element of a type a session takes or returns (a buffer's size is its element count times
+ * this): 4 for FLOAT and INT32, 8 for INT64, 1 for UINT8, INT8 and BOOL; 0 for any other type. */
+size_t kiln_onnx_type_size(kiln_onnx_type type);
 
 /* Check that the model can run (input and output types and ranks) and start the engine. params may be
  * NULL (the defaults). Operators are lowered when a shape is first run. */

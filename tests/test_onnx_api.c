@@ -77,6 +77,16 @@ static void loads_a_matmul_written_byte_by_byte(void) {
     CHECK_STR(n.inputs[1], "w");
     CHECK_STR(kiln_onnx_type_name(KILN_ONNX_INT64), "int64");
     CHECK_STR(kiln_onnx_type_name((kiln_onnx_type)99), "undefined");
+    /* element sizes of what a session feeds and returns; 0 for what it refuses */
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_FLOAT), 4);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_INT32), 4);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_INT64), 8);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_UINT8), 1);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_INT8), 1);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_BOOL), 1);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_DOUBLE), 0);
+    CHECK_EQ_INT(kiln_onnx_type_size(KILN_ONNX_FLOAT16), 0);
+    CHECK_EQ_INT(kiln_onnx_type_size((kiln_onnx_type)99), 0);
     kiln_onnx_destroy(m);
 }
 

@@ -461,6 +461,13 @@ def test_the_cli_benchmarks_a_model_at_the_shapes_dims_gives(kiln_cli):
     assert re.search(r"^first run \(compiles the plan\): [0-9.]+ ms$", r.stdout, re.M), r.stdout
     assert re.search(r"^3 runs: median [0-9.]+ ms, fastest [0-9.]+, slowest [0-9.]+; plans compiled: 1$", r.stdout,
                      re.M), r.stdout
+    assert "input attention_mask int64 [2, 6]: all 0\n" in r.stdout, r.stdout  # the default: every key hidden
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--dims", "batch=1,seq=4", "--int-value", "1", "-r", "1", bert],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "input input_ids int64 [1, 4]: all 1\n" in r.stdout and "input attention_mask int64 [1, 4]: all 1\n" in r.stdout
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--int-value", "128", bert], capture_output=True, text=True)
+    assert r.returncode == 2 and "--int-value" in r.stderr, r.stderr
     r = subprocess.run([kiln_cli, "onnx", "bench", "--dims", "batch=two", bert], capture_output=True, text=True)
     assert r.returncode == 2 and "--dims 'batch=two': give NAME=N pairs" in r.stderr
     r = subprocess.run([kiln_cli, "onnx", "bench", "--weights", "int4", bert], capture_output=True, text=True)

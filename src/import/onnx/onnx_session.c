@@ -31,12 +31,20 @@ struct kiln_onnx_session {
     } * in_stage, *out_stage; /* [n_feed], [n_outputs] */
 };
 
-/* Bytes of one element of a type Kiln feeds or returns. */
-static size_t elem_size(int32_t type) {
-    return type == KILN_ONNX_INT64                                                       ? 8
-           : type == KILN_ONNX_BOOL || type == KILN_ONNX_UINT8 || type == KILN_ONNX_INT8 ? 1
-                                                                                         : 4;
+size_t kiln_onnx_type_size(kiln_onnx_type type) {
+    switch (type) {
+    case KILN_ONNX_FLOAT:
+    case KILN_ONNX_INT32: return 4;
+    case KILN_ONNX_INT64: return 8;
+    case KILN_ONNX_UINT8:
+    case KILN_ONNX_INT8:
+    case KILN_ONNX_BOOL: return 1;
+    default: return 0;
+    }
 }
+
+/* Bytes of one element of a type Kiln feeds or returns (never another: the session refuses those). */
+static size_t elem_size(int32_t type) { return kiln_onnx_type_size((kiln_onnx_type)type); }
 
 /* Room for size bytes in a stage (grown, never shrunk). */
 static void *stage_room(struct stage *st, size_t size) {
