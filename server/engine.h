@@ -173,6 +173,7 @@ typedef struct ks_histogram {
 typedef struct ks_metrics {
     uint64_t requests_ok, requests_failed, requests_cancelled;
     uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+    uint64_t drafted_tokens, accepted_tokens; /* prompt-lookup guesses verified, and kept */
     int32_t queue_depth, running_sequences, kv_cells_used, kv_cells_total;
     int32_t prefix_cache_sequences, prefix_cache_cells; /* cells: tokens over the cached sequences */
     uint64_t steps;           /* batches decoded; during a callback, the index of the step whose output

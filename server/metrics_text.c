@@ -69,6 +69,10 @@ char *ks_metrics_text(const ks_metrics *m, uint64_t rejected) {
     counter(&b, "kiln_cached_prompt_tokens_total", "Prompt tokens reused from the prefix cache.",
             m->cached_prompt_tokens);
     counter(&b, "kiln_generated_tokens_total", "Tokens generated.", m->generated_tokens);
+    counter(&b, "kiln_speculative_drafted_tokens_total", "Prompt-lookup guesses verified (--lookup).",
+            m->drafted_tokens);
+    counter(&b, "kiln_speculative_accepted_tokens_total", "Prompt-lookup guesses the target model kept.",
+            m->accepted_tokens);
     gauge(&b, "kiln_queue_depth", "Requests waiting to start.", m->queue_depth);
     gauge(&b, "kiln_running_sequences", "Sequences in prefill or decoding.", m->running_sequences);
     gauge(&b, "kiln_kv_cells_used", "KV cache cells in use.", m->kv_cells_used);

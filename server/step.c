@@ -244,6 +244,8 @@ void ks__engine_publish(ks_engine *e, bool merge) {
     m->prompt_tokens += d->prompt_tokens;
     m->generated_tokens += d->generated_tokens;
     m->cached_prompt_tokens += d->cached_prompt_tokens;
+    m->drafted_tokens += d->drafted_tokens;
+    m->accepted_tokens += d->accepted_tokens;
     hist_add(&m->ttft, &d->ttft);
     hist_add(&m->inter_token, &d->inter_token);
     hist_add(&m->queue_time, &d->queue_time);
@@ -413,6 +415,8 @@ static bool sample_choice(ks_engine *e, ks_req *r, int32_t i, double now) {
         e->reserved_cells--;
     }
     if (k > 0) kiln_kv_seq_rm(e->ctx, r->seqs[i], r->n_past[i], -1);
+    e->delta.drafted_tokens += (uint64_t)k;
+    e->delta.accepted_tokens += (uint64_t)kept;
     ks__spec_learn(r, i, kept, token);
     r->next_token[i] = token;
     r->first_token_seen = true;

@@ -4,7 +4,8 @@ whose prompts repeat themselves (so their choices guess a lot) and requests that
 and share the engine's batches; each answer equals what `kiln run --temp 0` prints for its prompt alone,
 plain and streamed, and with the official openai client. A sampled request gets a sampled answer of the
 asked length (the distribution itself is tested in tests/test_spec.c). After the requests the server's
-cache holds no guessed cell (kv cells in use drop back to what the prefix cache keeps).
+cache holds no guessed cell (kv cells in use drop back to what the prefix cache keeps), and /metrics counts
+the guesses verified and kept.
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,9 +20,13 @@ N = 48
 
 
 @pytest.fixture(scope="module")
-def spec_client(start_server):
-    s = start_server("lookup", args=("--lookup", "--draft-max", "8", "-np", "4"))
-    return openai.OpenAI(base_url=s.v1, api_key="no-key", timeout=60, max_retries=0)
+def spec_server(start_server):
+    return start_server("lookup", args=("--lookup", "--draft-max", "8", "-np", "4"))
+
+
+@pytest.fixture(scope="module")
+def spec_client(spec_server):
+    return openai.OpenAI(base_url=spec_server.v1, api_key="no-key", timeout=60, max_retries=0)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,9 @@ def references():
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_concurrent_greedy_requests_with_lookup_match_kiln_run_alone(spec_client, references, stream):
+def test_concurrent_greedy_requests_with_lookup_match_kiln_run_alone(spec_server, spec_client, references, stream):
     model_id = spec_client.models.list().data[0].id
+    before = spec_server.metrics()
 
     def one(prompt):
         if not stream:
@@ -45,6 +51,13 @@ def test_concurrent_greedy_requests_with_lookup_match_kiln_run_alone(spec_client
         got = dict(zip(PROMPTS, pool.map(one, PROMPTS)))
     for prompt in PROMPTS:
         assert got[prompt] == references[prompt], f"prompt {prompt!r}"
+    # the repeating prompts always find an n-gram to guess from, and a guess starts out trusted
+    after = spec_server.metrics()
+    drafted = after["kiln_speculative_drafted_tokens_total"] - before["kiln_speculative_drafted_tokens_total"]
+    accepted = after["kiln_speculative_accepted_tokens_total"] - before["kiln_speculative_accepted_tokens_total"]
+    assert drafted > 0 and 0 <= accepted <= drafted, (drafted, accepted)
+    generated = after["kiln_generated_tokens_total"] - before["kiln_generated_tokens_total"]
+    assert accepted < generated <= N * len(PROMPTS), (accepted, generated)  # a kept guess is a generated token
 
 
 def test_a_sampled_request_with_lookup_gives_its_length(spec_client):
