@@ -27,6 +27,8 @@ static const char bench_help[] =
     "                       1 gives a transformer an all-true attention mask (0 hides every key)\n"
     "  -r, --runs N         timed runs after the first (default 5)\n"
     "  -t, --threads N      CPU threads (default: the physical cores)\n"
+    "      --cpu LEVEL      CPU kernel level: ref, avx2, avx512, amx or neon (default: the best here;\n"
+    "                       also $KILN_CPU), to measure a level on a machine that has a higher one\n"
     "      --device D       cpu (default), vulkan[:N] or auto\n"
     "      --weights W      float (default) or q8_0: MatMul/Gemm weights quantized to INT8 at load\n"
     "  -h, --help           this text\n";
@@ -144,6 +146,7 @@ int cmd_onnx_bench(int argc, char **argv) {
         }
     }
     if (!model) return cli_usage_error("onnx", "missing MODEL (kiln onnx bench --help)");
+    if ((rc = cli_engine_cpu_level("onnx", &e)) != CLI_OK) return rc;
     if ((st = kiln_onnx_load(model, &m))) return cli_fail("onnx", st, NULL);
     rc = bench(m, dims, runs, iv, weights, &e);
     kiln_onnx_destroy(m);

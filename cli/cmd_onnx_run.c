@@ -29,6 +29,8 @@ static const char run_help[] =
     "  -i, --input NAME=FILE    an input (repeat for each)\n"
     "  -o, --output-dir DIR     write the outputs there (the folder must exist)\n"
     "  -t, --threads N          CPU threads (default: the physical cores)\n"
+    "      --cpu LEVEL          CPU kernel level: ref, avx2, avx512, amx or neon (default: the best here;\n"
+    "                           also $KILN_CPU)\n"
     "      --weights W          float (default): as the file holds them; q8_0: MatMul/Gemm weights "
     "quantized\n"
     "                           to INT8 at load (blocks of 32 per output channel), run on the int8 kernels\n"
@@ -208,7 +210,7 @@ int cmd_onnx_run(int argc, char **argv) {
     rc = parse_args(argc, argv, &model, feeds, &n_feeds, &dir, &weights, &e);
     if (rc < 0)
         rc = CLI_OK, model = NULL; /* --help was printed */
-    else if (rc == CLI_OK && (st = kiln_onnx_load(model, &m)))
+    else if (rc == CLI_OK && (rc = cli_engine_cpu_level("onnx", &e)) == CLI_OK && (st = kiln_onnx_load(model, &m)))
         rc = cli_fail("onnx", st, NULL);
     if (rc == CLI_OK && model) rc = run_model(m, feeds, n_feeds, dir, weights, &e);
     kiln_onnx_destroy(m);

@@ -247,14 +247,20 @@ static void log_line(void *user, const char *line) {
     fprintf(stderr, "kiln: %s\n", line);
 }
 
+int cli_engine_cpu_level(const char *cmd, const cli_engine *e) {
+    const char *level = e->cpu, *from = "--cpu";
+    if (!level) level = getenv("KILN_CPU"), from = "KILN_CPU";
+    if (level && *level && kiln_set_cpu_level(level))
+        return cli_usage_error(cmd, "%s %s: %s", from, level, kiln_last_error());
+    return CLI_OK;
+}
+
 int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const char *what,
                    kiln_model **out) {
     kiln_model_params mp = kiln_model_params_default();
-    const char *level = e->cpu, *from = "--cpu";
     kiln_status s;
-    if (!level) level = getenv("KILN_CPU"), from = "KILN_CPU";
-    if (level && *level && (s = kiln_set_cpu_level(level)))
-        return cli_usage_error(cmd, "%s %s: %s", from, level, kiln_last_error());
+    int rc = cli_engine_cpu_level(cmd, e);
+    if (rc != CLI_OK) return rc;
     mp.n_threads = (int32_t)e->n_threads;
     if (e->devices && e->device)
         return cli_usage_error(cmd, "--devices and --device are exclusive (--devices LIST names the whole list)");

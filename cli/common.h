@@ -74,8 +74,11 @@ bool cli_arg_engine(const char *cmd, int argc, char **argv, int *i, cli_engine *
  * list ("cpu" -> NULL; "auto", "vulkan", "vulkan:N" as they are). NULL for the CPU alone. */
 const char *cli_engine_devices(const cli_engine *e);
 
+/* Set the CPU kernel level: --cpu, else $KILN_CPU, else leave the best level of this CPU. Returns CLI_OK,
+ * or CLI_USAGE after reporting a level that is not known. */
+int cli_engine_cpu_level(const char *cmd, const cli_engine *e);
 
-/* Set the CPU kernel level (--cpu, else $KILN_CPU), then load the model with e's threads and devices,
+/* Set the CPU kernel level (cli_engine_cpu_level), then load the model with e's threads and devices,
  * drawing a progress bar on stderr while weights are prepared when stderr is a terminal. Returns CLI_OK,
  * CLI_USAGE for a bad level, or CLI_FAIL after printing what went wrong (with `what` as cli_fail). */
 int cli_model_load(const char *cmd, const char *path, const cli_engine *e, const char *what,

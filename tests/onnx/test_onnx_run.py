@@ -468,6 +468,12 @@ def test_the_cli_benchmarks_a_model_at_the_shapes_dims_gives(kiln_cli):
     assert "input input_ids int64 [1, 4]: all 1\n" in r.stdout and "input attention_mask int64 [1, 4]: all 1\n" in r.stdout
     r = subprocess.run([kiln_cli, "onnx", "bench", "--int-value", "128", bert], capture_output=True, text=True)
     assert r.returncode == 2 and "--int-value" in r.stderr, r.stderr
+    # --cpu forces a kernel level (ref: the scalar kernels, on every machine), and an unknown one is refused
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--cpu", "ref", "--dims", "batch=1,seq=4", "-r", "1", bert],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([kiln_cli, "onnx", "bench", "--cpu", "avx9", bert], capture_output=True, text=True)
+    assert r.returncode == 2 and "--cpu avx9" in r.stderr, r.stderr
     r = subprocess.run([kiln_cli, "onnx", "bench", "--dims", "batch=two", bert], capture_output=True, text=True)
     assert r.returncode == 2 and "--dims 'batch=two': give NAME=N pairs" in r.stderr
     r = subprocess.run([kiln_cli, "onnx", "bench", "--weights", "int4", bert], capture_output=True, text=True)
