@@ -3,9 +3,10 @@
  * shapes
  * --dims binds, on inputs made here (floats from a fixed seed in [-1, 1), integers and booleans 0, or
  * --int-value V: 0 is a valid token id everywhere, 1 an all-true attention mask, which is what a
- * transformer's attention should be timed with: an all-false mask hides every key). The first run compiles the plan for those shapes and is reported apart;
- * the next N are timed one by one and summarized by their median, fastest and slowest. For comparisons with
- * onnxruntime, bench/onnx_compare.py runs both in one process (docs/performance.md).
+ * transformer's attention should be timed with: an all-false mask hides every key). The first run compiles
+ * the plan for those shapes and is reported apart; the next N are timed one by one and summarized by their
+ * median, fastest and slowest. For comparisons with onnxruntime, bench/onnx_compare.py runs both in one
+ * process (docs/performance.md).
  */
 #include "common.h"
 
@@ -53,10 +54,14 @@ static int fill_inputs(kiln_onnx_buffer *in, int32_t n, long iv) {
             ((float *)in[i].data)[j] = (float)((state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
         }
         printf("input %s %s [", in[i].name, kiln_onnx_type_name(in[i].type));
-        for (int32_t d = 0; d < in[i].rank; d++) printf("%s%lld", d ? ", " : "", (long long)in[i].shape[d]);
-        if (in[i].type == KILN_ONNX_FLOAT) printf("]: floats from a fixed seed in [-1, 1)\n");
-        else if (in[i].type == KILN_ONNX_BOOL) printf("]: all %s\n", iv ? "true" : "false");
-        else printf("]: all %ld\n", iv);
+        for (int32_t d = 0; d < in[i].rank; d++)
+            printf("%s%lld", d ? ", " : "", (long long)in[i].shape[d]);
+        if (in[i].type == KILN_ONNX_FLOAT)
+            printf("]: floats from a fixed seed in [-1, 1)\n");
+        else if (in[i].type == KILN_ONNX_BOOL)
+            printf("]: all %s\n", iv ? "true" : "false");
+        else
+            printf("]: all %ld\n", iv);
         for (uint64_t j = 0; iv != 0 && in[i].type != KILN_ONNX_FLOAT && j < count; j++) {
             switch (in[i].type) {
             case KILN_ONNX_INT64: ((int64_t *)in[i].data)[j] = iv; break;
@@ -76,7 +81,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int bench(kiln_onnx *m, const char *dims, long runs, long iv, const char *weights, const cli_engine *e) {
+static int bench(kiln_onnx *m, const char *dims, long runs, long iv, const char *weights,
+                 const cli_engine *e) {
     kiln_onnx_buffer *in = NULL;
     kiln_onnx_session_params p = kiln_onnx_session_params_default();
     kiln_onnx_session *s = NULL;

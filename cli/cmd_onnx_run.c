@@ -210,7 +210,8 @@ int cmd_onnx_run(int argc, char **argv) {
     rc = parse_args(argc, argv, &model, feeds, &n_feeds, &dir, &weights, &e);
     if (rc < 0)
         rc = CLI_OK, model = NULL; /* --help was printed */
-    else if (rc == CLI_OK && (rc = cli_engine_cpu_level("onnx", &e)) == CLI_OK && (st = kiln_onnx_load(model, &m)))
+    else if (rc == CLI_OK && (rc = cli_engine_cpu_level("onnx", &e)) == CLI_OK &&
+             (st = kiln_onnx_load(model, &m)))
         rc = cli_fail("onnx", st, NULL);
     if (rc == CLI_OK && model) rc = run_model(m, feeds, n_feeds, dir, weights, &e);
     kiln_onnx_destroy(m);

@@ -44,7 +44,9 @@ size_t kiln_onnx_type_size(kiln_onnx_type type) {
 }
 
 /* Bytes of one element of a type Kiln feeds or returns (never another: the session refuses those). */
-static size_t elem_size(int32_t type) { return kiln_onnx_type_size((kiln_onnx_type)type); }
+static size_t elem_size(int32_t type) {
+    return kiln_onnx_type_size((kiln_onnx_type)type);
+}
 
 /* Room for size bytes in a stage (grown, never shrunk). */
 static void *stage_room(struct stage *st, size_t size) {

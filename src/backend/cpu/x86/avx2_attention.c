@@ -19,10 +19,10 @@
  * A unit is 8 consecutive (position, head) rows of one KV head's group: with GQA groups of 8 (TinyLlama,
  * Llama 3), one position; without GQA, 8 positions of one head. The unit visits the key tiles (KV_TILE keys,
  * starting at multiples of KV_TILE) that cover the union of its lanes' visible ranges and skips every 8-key
- * block that all its lanes' masks hide (-inf, or the float minimum of exported graphs: row_floor). A tile or block a lane does not see leaves that lane's m, l and Ot
- * as they were (c = exp(0) = 1, p = 0), so each lane's result depends only on its own mask row and the
- * key tiling, not on the thread count: units are dealt to threads round-robin and thread counts agree bit
- * for bit. A lane that sees no key outputs zeros.
+ * block that all its lanes' masks hide (-inf, or the float minimum of exported graphs: row_floor). A tile or
+ * block a lane does not see leaves that lane's m, l and Ot as they were (c = exp(0) = 1, p = 0), so each
+ * lane's result depends only on its own mask row and the key tiling, not on the thread count: units are dealt
+ * to threads round-robin and thread counts agree bit for bit. A lane that sees no key outputs zeros.
  *
  * Error against the reference (kiln__cpu_attention, which materializes the scores and normalizes before
  * the weighted sum): both are float computations; this one sums the scores' products in d order with FMA,
@@ -130,8 +130,7 @@ INLINE void scores8(const unit_ctx *u, const char *kr, size_t ks, float *p) {
     for (int64_t d = 0; d < u->D; d++) {
         __m256 qv = _mm256_load_ps(u->qt + d * LANES);
         for (int j = 0; j < KBLOCK; j++)
-            acc[j] = _mm256_fmadd_ps(
-                qv, bcast((const float *)(kr + (size_t)j * ks + (size_t)d * 4)), acc[j]);
+            acc[j] = _mm256_fmadd_ps(qv, bcast((const float *)(kr + (size_t)j * ks + (size_t)d * 4)), acc[j]);
     }
     for (int j = 0; j < KBLOCK; j++)
         _mm256_store_ps(p + j * LANES, acc[j]);
