@@ -13,9 +13,9 @@
  *   prefill  (several columns) compute-bound: K is walked in CHUNK pairs that stay in L1 while every
  *            column tile reads them: F16/BF16 chunks are widened once into an L1 buffer of floats
  *            (16 KiB; widening inside the tile, once per column tile, measured 18% slower on Zen 1), F32
- *            chunks are read where they lie. Each 8-row half of the chunk meets up to CMAX columns, so
- *            one weight vector feeds CMAX FMAs (12 accumulators, 2 weights and a broadcast of the 16 ymm
- *            registers), and the partial sums wait in memory between chunks. This is the outer-product
+ *            chunks are read where they lie. All 16 rows of the chunk meet up to 3 columns (12
+ *            accumulators, 4 weights and a broadcast of the 16 ymm registers; a group of 8 rows or fewer,
+ *            up to 6 columns per 8-row half), and the partial sums wait in memory between chunks. This is the outer-product
  *            form: no weight row is re-read per column tile from outside L1, which is what limited the
  *            unpacked F32 tile (avx2_mm.c: its 4 rows x 3 columns stream K floats of each row per tile).
  * Each row lane accumulates its pairs in order with one FMA per pair either way, so decode and prefill
@@ -99,10 +99,10 @@ INLINE void chunk_tile(int C, int hh, const float *f, int64_t p0, int64_t n, con
     for (int c = 0; c < C; c++) part[c][2 * hh] = acc[c][0], part[c][2 * hh + 1] = acc[c][1];
 }
 
-/* Both halves (all 16 rows) of an F32 chunk against C <= CMAX / 2 columns: 4 weight vectors per pair, so
- * each activation pair is read once per chunk rather than once per half (the activations of a column
- * block do not fit in L1 beside the chunk, and each half re-read them from L2). Same sums as two
- * chunk_tile calls, bit for bit. */
+/* Both halves (all 16 rows) of a chunk (F32 in place, F16/BF16 widened) against C <= CMAX / 2 columns: 4
+ * weight vectors per pair, so each activation pair is read once per chunk rather than once per half (the
+ * activations of a column block do not fit in L1 beside the chunk, and each half re-read them from L2).
+ * Same sums as two chunk_tile calls, bit for bit; chunk_tile remains for groups of 8 rows or fewer. */
 INLINE void chunk_tile16(int C, const float *f, int64_t p0, int64_t n, const char *x, size_t xs,
                          __m256 (*part)[4], const float *pf) {
     __m256 acc[CMAX / 2][4];
@@ -156,7 +156,7 @@ INLINE void group_prefill(int type, int64_t np, const unsigned char *w, const ch
             } else
                 for (int64_t p = 0; p < len; p++)
                     for (int i = 0; i < 4; i++) _mm256_store_ps(f + 32 * p + 8 * i, widen(type, w, p0 + p, i));
-            if (type == KILN_TYPE_F32 && rows > 8) {
+            if (rows > 8) {
                 for (int64_t c0 = 0, t = 0; c0 < ncb; c0 += tile_cols(ncb, t++, CMAX / 2)) {
                     const char *xc = x + (cb + c0) * xs;
                     switch (tile_cols(ncb, t, CMAX / 2)) { TILE16_CASE(3) TILE16_CASE(2) TILE16_CASE(1) }
