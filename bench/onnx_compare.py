@@ -8,6 +8,7 @@ run (issue 22, part 6; docs/performance.md, "ONNX models").
     python3 bench/onnx_compare.py --json results.json      # also write every sample
     python3 bench/onnx_compare.py --models gpt2 --file gpt2=DIR/gpt2-small.onnx   # an exported model
     python3 bench/onnx_compare.py --weights q8_0           # also Kiln's INT8 weights: speed and cosine to float
+    python3 bench/onnx_compare.py --cpu avx2                # Kiln at the AVX2 level, on an AVX-512 machine too
 
 Models, built here with onnx.helper (random weights from a fixed seed, float32, opset 17, batch and
 sequence as dynamic dims, so one file serves every configuration and each side compiles per shape):
@@ -159,11 +160,16 @@ def main():
                     help="q8_0: also time Kiln with its INT8 weights (kiln.weights), against Kiln's float")
     ap.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
                     help="an exported model with input_ids and attention_mask, run as model NAME")
+    ap.add_argument("--cpu", metavar="LEVEL",
+                    help="Kiln's CPU kernel level (ref, avx2, avx512, amx, neon; default: the best here), to "
+                         "measure a level on a machine that has a higher one (onnxruntime picks its own)")
     a = ap.parse_args()
+    level = kiln.set_cpu_level(a.cpu)
     files = dict(f.split("=", 1) for f in a.file)
     ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
     print(f"CPU: {cpu_name()}")
-    print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}; kiln {kiln.__file__}")
+    print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}; kiln {kiln.__file__}, "
+          f"CPU level {level}")
     print(f"{a.reps} alternating rounds, samples >= {a.min_sample} s, medians; ratio = ort / kiln (> 1: Kiln faster)")
     print()
     q8 = a.weights == "q8_0"

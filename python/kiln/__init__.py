@@ -27,7 +27,7 @@ from .errors import (
 from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
 from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
-from .model import Batch, Context, Model, default_threads
+from .model import Batch, Context, Model, cpu_level, default_threads, set_cpu_level
 from .onnx import InferenceSession, NodeArg, SessionOptions
 from .sampler import Sampler
 from .tokenizer import Detokenizer
@@ -61,7 +61,9 @@ __all__ = [
     "Sampler",
     "SessionOptions",
     "UnsupportedError",
+    "cpu_level",
     "default_threads",
     "json_schema_to_gbnf",
+    "set_cpu_level",
     "template_names",
 ]

@@ -148,6 +148,8 @@ _PROTOTYPES = {
     "kiln_status_name": (c_char_p, [c_status]),
     "kiln_last_error": (c_char_p, []),
     "kiln_default_threads": (c_int32, []),
+    "kiln_set_cpu_level": (c_status, [c_char_p]),
+    "kiln_get_cpu_level": (c_char_p, []),
     # Models
     "kiln_model_params_default": (kiln_model_params, []),
     "kiln_model_load_ex": (c_status, [c_char_p, POINTER(kiln_model_params), POINTER(model_p)]),

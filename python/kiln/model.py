@@ -49,6 +49,19 @@ def default_threads() -> int:
     return int(lib.kiln_default_threads())
 
 
+def set_cpu_level(level: Optional[str] = None) -> str:
+    """kiln_set_cpu_level: the process-wide CPU kernel level, "ref", "avx2", "avx512", "amx" or "neon" (a
+    level this CPU lacks falls back down its chain), or None / "auto" for the best one here; applies from the
+    next computation on. Returns the level chosen. An unknown name raises InvalidArgumentError."""
+    _lib.check(lib.kiln_set_cpu_level(None if level is None else _lib.encode(level, "level")))
+    return cpu_level()
+
+
+def cpu_level() -> str:
+    """kiln_get_cpu_level: the name of the active CPU kernel level."""
+    return lib.kiln_get_cpu_level().decode()
+
+
 def _float_view(ptr: Any, n: int) -> np.ndarray:
     """A read-only float32 numpy view of n floats at a C pointer (no copy)."""
     arr = np.ctypeslib.as_array(ptr, shape=(n,))

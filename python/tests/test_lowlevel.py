@@ -85,3 +85,23 @@ def test_the_log_callback_receives_runtime_lines(model):
     with model.context(n_ctx=32, log=lines.append) as ctx:
         ctx.decode([1, 2])
     assert lines and all(isinstance(x, str) for x in lines)
+
+
+def test_the_cpu_level_can_be_forced_and_restored(model):
+    """kiln.set_cpu_level: the scalar reference level on any machine, then the best one again; an unknown
+    name is refused by name. Greedy tokens are the same at both levels for this model."""
+    best = kiln.set_cpu_level(None)
+    ctx = model.context(n_ctx=64)
+    ids = model.tokenize("Once upon a time")
+    greedy = []
+    try:
+        for level in ("ref", None):
+            assert kiln.set_cpu_level(level) == ("ref" if level else best)
+            assert kiln.cpu_level() == ("ref" if level else best)
+            ctx.reset()
+            greedy.append(int(np.argmax(ctx.decode(ids))))
+        with pytest.raises(kiln.InvalidArgumentError, match="avx9"):
+            kiln.set_cpu_level("avx9")
+    finally:
+        kiln.set_cpu_level(None)
+    assert greedy[0] == greedy[1]
