@@ -62,7 +62,6 @@ static size_t row_bytes(kiln_type type, int64_t k) { return (size_t)k * (type ==
 
 static void repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding(void) {
     const int64_t k = 64, n = 21;
-    uint32_t word;
     make_inputs(KILN_TYPE_F16, k, n, 0, 3);
     CHECK(kiln__repack_supported(KILN_TYPE_F16, k, n) && kiln__repack_supported(KILN_TYPE_BF16, k, n));
     CHECK(kiln__repack_supported(KILN_TYPE_F32, k, n) && kiln__repack_pads(KILN_TYPE_F32));
@@ -70,32 +69,24 @@ static void repacked_groups_hold_element_pairs_of_sixteen_rows_and_zero_padding(
     CHECK(!kiln__repack_supported(KILN_TYPE_F32, 48, 16));
     CHECK_EQ_INT((int64_t)kiln__repack_group_bytes(KILN_TYPE_BF16, k), k * 32);
     CHECK_EQ_INT((int64_t)kiln__repack_group_bytes(KILN_TYPE_F32, k), k * 64);
-    memset(packed, 0xab, sizeof packed);
-    kiln__repack(KILN_TYPE_F16, wbits, (size_t)k * 2, k, n, packed);
-    for (int64_t g = 0; g < 2; g++)
-        for (int64_t p = 0; p < k / 2; p++)
-            for (int r = 0; r < 16; r++) {
-                int64_t row = g * 16 + r;
-                const uint16_t *at = (const uint16_t *)(packed + g * k * 32 + p * 64 + r * 4);
-                if (row < n) {
-                    CHECK(at[0] == wbits[row * k + 2 * p] && at[1] == wbits[row * k + 2 * p + 1]);
-                } else {
-                    memcpy(&word, at, 4);
-                    CHECK(word == 0);
+    static const unsigned char zeros[8];
+    for (int f32 = 0; f32 < 2; f32++) { /* F16 (bits in wbits), then F32: the same order, 4 or 8 bytes per row's pair */
+        kiln_type type = f32 ? KILN_TYPE_F32 : KILN_TYPE_F16;
+        size_t pb = 2 * (f32 ? 4 : 2);
+        if (f32) make_inputs(KILN_TYPE_F32, k, n, 0, 4);
+        memset(packed, 0xab, sizeof packed);
+        kiln__repack(type, weights(type), row_bytes(type, k), k, n, packed);
+        for (int64_t g = 0; g < 2; g++)
+            for (int64_t p = 0; p < k / 2; p++)
+                for (int r = 0; r < 16; r++) {
+                    int64_t row = g * 16 + r;
+                    const unsigned char *at = packed + (size_t)(g * k / 2 + p) * 16 * pb + (size_t)r * pb;
+                    const unsigned char *want = row < n ? (const unsigned char *)weights(type) +
+                                                              (size_t)row * row_bytes(type, k) + (size_t)p * pb
+                                                        : zeros; /* padding rows: +0 */
+                    CHECK(memcmp(at, want, pb) == 0);
                 }
-            }
-    make_inputs(KILN_TYPE_F32, k, n, 0, 4); /* F32: the same order, 8 bytes per row's pair */
-    memset(packed, 0xab, sizeof packed);
-    kiln__repack(KILN_TYPE_F32, wval, (size_t)k * 4, k, n, packed);
-    for (int64_t g = 0; g < 2; g++)
-        for (int64_t p = 0; p < k / 2; p++)
-            for (int r = 0; r < 16; r++) {
-                int64_t row = g * 16 + r;
-                float at[2];
-                memcpy(at, packed + g * k * 64 + p * 128 + r * 8, sizeof at);
-                if (row < n) CHECK(at[0] == wval[row * k + 2 * p] && at[1] == wval[row * k + 2 * p + 1]);
-                else CHECK(at[0] == 0.0f && at[1] == 0.0f && !signbit(at[0]) && !signbit(at[1]));
-            }
+    }
 }
 
 /* |got - want| within tol, reported with the case. */

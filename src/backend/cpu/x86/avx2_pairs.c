@@ -188,20 +188,15 @@ INLINE void packed_pairs(int type, int64_t k, const void *w, size_t ws, int64_t 
     }
 }
 
-KILN_AVX2 static void packed_f32(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                                 int64_t nc, float *out, size_t os) {
-    packed_pairs(KILN_TYPE_F32, k, w, ws, nr, x, xs, nc, out, os);
-}
+#define DEFINE_PAIRS(fn, type)                                                                         \
+    KILN_AVX2 static void fn(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,  \
+                             int64_t nc, float *out, size_t os) {                                      \
+        packed_pairs(type, k, w, ws, nr, x, xs, nc, out, os);                                          \
+    }
 
-KILN_AVX2 static void packed_f16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                                 int64_t nc, float *out, size_t os) {
-    packed_pairs(KILN_TYPE_F16, k, w, ws, nr, x, xs, nc, out, os);
-}
-
-KILN_AVX2 static void packed_bf16(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
-                                  int64_t nc, float *out, size_t os) {
-    packed_pairs(KILN_TYPE_BF16, k, w, ws, nr, x, xs, nc, out, os);
-}
+DEFINE_PAIRS(packed_f32, KILN_TYPE_F32)
+DEFINE_PAIRS(packed_f16, KILN_TYPE_F16)
+DEFINE_PAIRS(packed_bf16, KILN_TYPE_BF16)
 
 void kiln__cpu_isa_init_avx2_pairs(kiln_cpu_isa *t) {
     t->mm_packed[KILN_TYPE_F32] = packed_f32;
