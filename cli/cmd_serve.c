@@ -37,7 +37,12 @@ static const char serve_help[] =
     "      --lookup            speculative decoding by prompt lookup for every request: each step a\n"
     "                          choice may guess its next tokens from its prompt and output; greedy\n"
     "                          output is unchanged, sampled output keeps its distribution\n"
-    "      --draft-max N       most guessed tokens per choice and step (default 8; with --lookup)\n"
+    "  -md, --model-draft F    speculative decoding with draft model F (same vocabulary; a quantized copy\n"
+    "                          of the model will do): it guesses each choice's next tokens greedily, in\n"
+    "                          its own context; greedy output is unchanged, sampled output keeps its\n"
+    "                          distribution\n"
+    "      --draft-max N       most guessed tokens per choice and step (default 8; with --lookup or\n"
+    "                          --model-draft)\n"
     "      --slot-save-path DIR  folder of POST /slots/{id}?action=save|restore state files (KV cache and\n"
     "                          tokens of a cached prompt; slot 0 is the most recent); without it: 501\n"
     "      --prefix-cache-dir DIR  keep the prefix cache across restarts: its prompts are written to DIR\n"
@@ -94,6 +99,8 @@ static bool parse_option(serve_options *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--api-key-file")) return cli_arg_str("serve", argc, argv, i, &o->key_file);
     if (!strcmp(a, "--verbose")) return (p->verbose = true);
     if (!strcmp(a, "--lookup")) return (o->lookup = true);
+    if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
+        return cli_arg_str("serve", argc, argv, i, &p->draft_model_path);
     if (!strcmp(a, "--draft-max")) return cli_arg_int("serve", argc, argv, i, 1, 64, &o->draft_max);
     if (!strcmp(a, "--slot-save-path")) return cli_arg_str("serve", argc, argv, i, &p->slot_save_path);
     if (!strcmp(a, "--prefix-cache-dir")) return cli_arg_str("serve", argc, argv, i, &p->prefix_cache_dir);
@@ -136,7 +143,9 @@ int cmd_serve(int argc, char **argv) {
     }
     if (o.p.api_key && o.key_file)
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
-    o.p.engine.lookup_draft = o.lookup ? (int32_t)o.draft_max : 0;
+    if (o.lookup && o.p.draft_model_path)
+        return cli_usage_error("serve", "give --lookup or --model-draft, not both");
+    o.p.engine.draft_max = o.lookup || o.p.draft_model_path ? (int32_t)o.draft_max : 0;
     if (o.key_file) {
         if (!(key = read_key_file(o.key_file))) return CLI_USAGE;
         o.p.api_key = key;

@@ -844,6 +844,10 @@ void kiln_spec_get_stats(const kiln_spec *spec, kiln_spec_stats *out);
  * on the logits of the token before it. */
 int32_t kiln_spec_lookup(const int32_t *history, int32_t n, int32_t ngram_min, int32_t ngram_max, int32_t max,
                          int32_t *draft);
+/* Whether draft can guess for target, for callers that run a draft model in their own batches (kiln
+ * serve): the same vocabulary (size, BOS, EOS and every token's text), as kiln_spec_create checks;
+ * KILN_E_INVALID_ARG names the first difference. */
+kiln_status kiln_spec_check_draft(const kiln_model *target, const kiln_model *draft);
 
 /* What the graph compiler did for batches of n_tokens tokens with n_outputs logits rows (the plan is
  * compiled if needed; both are rounded up to their buckets, and 0 rows compile as 1, as decoding does). */

@@ -76,12 +76,34 @@ static kiln_status resolve_params(const kiln_model *model, ks_engine_params *p) 
     if (p->cache_seqs < 0)
         return kiln__error(KILN_E_INVALID_ARG, "engine: cache_seqs %d is negative", p->cache_seqs);
     if (p->cache_seqs > KILN_SEQ_MAX - p->n_parallel) p->cache_seqs = KILN_SEQ_MAX - p->n_parallel;
-    if (p->lookup_draft < 0 || p->lookup_draft > 64)
-        return kiln__error(KILN_E_INVALID_ARG, "engine: lookup_draft %d is outside 0 .. 64", p->lookup_draft);
+    if (p->draft_max < 0 || p->draft_max > KS_DRAFT_MAX)
+        return kiln__error(KILN_E_INVALID_ARG, "engine: draft_max %d is outside 0 .. %d", p->draft_max,
+                           KS_DRAFT_MAX);
+    if (p->draft_model && p->draft_max == 0) p->draft_max = 8;
+    if (p->draft_model && !kiln_model_is_causal(model))
+        return kiln__error(KILN_E_INVALID_ARG, "engine: an encoder model does not generate: no draft model");
+    kiln_status st;
+    if (p->draft_model && (st = kiln_spec_check_draft(model, p->draft_model)) != KILN_OK)
+        return kiln__error_prefix(st, "engine: ");
     return KILN_OK;
 }
 
 static void *engine_main(void *arg);
+
+/* The draft model's context: the target's cells (fewer when the draft's position table is shorter), batch
+ * size and sequence ids. */
+static kiln_status draft_init(ks_engine *e) {
+    kiln_ctx_params cp = kiln_ctx_params_default();
+    int32_t train = kiln_model_n_ctx_train(e->p.draft_model);
+    cp.n_ctx = train > 0 && train < e->p.n_ctx ? train : e->p.n_ctx;
+    cp.n_batch = e->p.n_batch;
+    cp.n_seq_max = e->n_seq_max;
+    cp.log = e->p.log;
+    cp.log_user = e->p.log_user;
+    kiln_status st = kiln_ctx_create(e->p.draft_model, &cp, &e->draft_ctx);
+    if (st != KILN_OK) return kiln__error_prefix(st, "engine: the draft model's context: ");
+    return kiln_batch_init(e->p.n_batch, &e->draft_batch);
+}
 
 static kiln_status engine_init(ks_engine *e) {
     kiln_ctx_params cp = kiln_ctx_params_default();
@@ -94,8 +116,10 @@ static kiln_status engine_init(ks_engine *e) {
     kiln_status st = kiln_ctx_create(e->model, &cp, &e->ctx);
     if (st == KILN_OK) st = kiln_batch_init(e->p.n_batch, &e->batch);
     if (st == KILN_OK) st = ks__gen_scratch_init(&e->scratch, e->model);
-    if (st == KILN_OK && e->p.lookup_draft > 0 && !(e->spec_hist = malloc((size_t)e->p.n_ctx * sizeof(int32_t))))
+    if (st == KILN_OK && e->p.draft_max > 0 && !e->p.draft_model &&
+        !(e->spec_hist = malloc((size_t)e->p.n_ctx * sizeof(int32_t))))
         st = kiln__error(KILN_E_NOMEM, "engine: the prompt-lookup history");
+    if (st == KILN_OK && e->p.draft_model) st = draft_init(e);
     if (st == KILN_OK) st = ks__pcache_init(&e->pcache, e->p.cache_seqs, e->ctx, ks__engine_release_seq, e);
     if (st == KILN_OK && e->pcache.max > 0 && !e->pcache.entries)
         st = kiln__error(KILN_E_NOMEM, "engine: the prefix cache table");
@@ -139,6 +163,9 @@ kiln_status ks_engine_create(kiln_model *model, const ks_engine_params *params, 
     }
     log_line(e, "engine: %d parallel sequences, %d KV cells, %d tokens a step, %d cached sequences, queue %d",
              p.n_parallel, p.n_ctx, p.n_batch, p.cache_seqs, p.max_queue);
+    if (p.draft_max > 0)
+        log_line(e, "engine: speculative decoding, up to %d guesses per choice and step, by %s", p.draft_max,
+                 p.draft_model ? "a draft model" : "prompt lookup");
     *out = e;
     return KILN_OK;
 }
@@ -157,6 +184,8 @@ void ks_engine_destroy(ks_engine *e) {
     ks__pcache_free(&e->pcache);
     ks__gen_scratch_free(&e->scratch);
     kiln_batch_free(&e->batch);
+    kiln_batch_free(&e->draft_batch);
+    kiln_ctx_destroy(e->draft_ctx);
     free(e->spec_hist);
     kiln_ctx_destroy(e->ctx);
     pthread_cond_destroy(&e->idle_cv);
@@ -298,6 +327,8 @@ void ks__req_free(ks_req *r) {
     free(r->lookup_next);
     free(r->spec_hits);
     free(r->spec_misses);
+    free(r->guesses);
+    free(r->draft_past);
     free(r->t_last);
     kiln_grammar_destroy(r->grammar);
     pthread_mutex_destroy(&r->cb_mu);

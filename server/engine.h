@@ -54,8 +54,12 @@ typedef struct ks_engine_params {
     int32_t max_tokens_cap;/* largest max_tokens a request may ask for; 0 (the default) = n_ctx */
     int32_t cache_seqs;    /* finished sequences kept for the prefix cache (0: no cache); default 8, and at
                             * most KILN_SEQ_MAX - n_parallel (larger values are lowered to that) */
-    int32_t lookup_draft;  /* prompt-lookup speculation (--lookup, --draft-max): most guessed tokens per
-                            * choice and step, verified in the step's shared batch; 0 (default): off */
+    int32_t draft_max;     /* speculative decoding (--lookup or --model-draft, with --draft-max): most
+                            * guessed tokens per choice and step, verified in the step's shared batch,
+                            * 0 .. 64; 0 (default): off */
+    kiln_model *draft_model; /* --model-draft: a draft model of the same vocabulary guesses (greedily, in its
+                              * own context, a sequence per decoding choice); NULL: prompt lookup guesses.
+                              * Borrowed; must outlive the engine */
     kiln_log_fn log;       /* --verbose lines, or NULL */
     void *log_user;
 } ks_engine_params;
@@ -173,8 +177,9 @@ typedef struct ks_histogram {
 typedef struct ks_metrics {
     uint64_t requests_ok, requests_failed, requests_cancelled;
     uint64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
-    uint64_t drafted_tokens, accepted_tokens; /* prompt-lookup guesses verified, and kept */
+    uint64_t drafted_tokens, accepted_tokens; /* guessed tokens verified, and kept */
     int32_t queue_depth, running_sequences, kv_cells_used, kv_cells_total;
+    int32_t draft_kv_cells_used; /* the draft model's context (0 without one): only running choices' */
     int32_t prefix_cache_sequences, prefix_cache_cells; /* cells: tokens over the cached sequences */
     uint64_t steps;           /* batches decoded; during a callback, the index of the step whose output
                                * it reports */

@@ -18,6 +18,8 @@
 
 #include <pthread.h>
 
+#define KS_DRAFT_MAX 64 /* most guessed tokens per choice and step (ks_engine_params.draft_max) */
+
 typedef struct ks_req {
     /* Fixed at submit. */
     struct ks_engine *engine;
@@ -55,6 +57,8 @@ typedef struct ks_req {
     int32_t *n_guess;    /* [n] guessed tokens after it in the batch (speculate.c) */
     int32_t *lookup_next;/* [n] prompt lookup's first guess when no guess went into the batch, or -1 */
     float *spec_hits, *spec_misses; /* [n] decayed counts of kept guesses and of rejections */
+    int32_t *guesses;    /* [n * KS_DRAFT_MAX] the draft model's guesses of this step (speculate.c) */
+    int32_t *draft_past; /* [n] cells of each choice's history the draft context holds */
     double *t_last;      /* [n] when each choice's latest token came */
     int32_t n_prefilled; /* prompt tokens in seqs[0]'s cells (reused ones included); embedding
                           * requests: tokens of the inputs done or in this step's batch */
@@ -112,7 +116,10 @@ struct ks_engine {
     ks_pcache pcache;
     kiln_batch batch;
     ks_gen_scratch scratch;
-    int32_t *spec_hist; /* [n_ctx] a choice's tokens, for prompt lookup; NULL when lookup_draft is 0 */
+    int32_t *spec_hist; /* [n_ctx] a choice's tokens, for prompt lookup; NULL unless it guesses */
+    kiln_ctx *draft_ctx;    /* draft_model's context: sequence s holds the history of the running choice
+                             * on the target's sequence s (nothing for cached or free sequences) */
+    kiln_batch draft_batch; /* [n_batch] */
     ks_metrics delta; /* counters and histograms of this step, merged into metrics under mu */
     struct ks_embed_slot {
         ks_req *req;

@@ -69,14 +69,16 @@ char *ks_metrics_text(const ks_metrics *m, uint64_t rejected) {
     counter(&b, "kiln_cached_prompt_tokens_total", "Prompt tokens reused from the prefix cache.",
             m->cached_prompt_tokens);
     counter(&b, "kiln_generated_tokens_total", "Tokens generated.", m->generated_tokens);
-    counter(&b, "kiln_speculative_drafted_tokens_total", "Prompt-lookup guesses verified (--lookup).",
-            m->drafted_tokens);
-    counter(&b, "kiln_speculative_accepted_tokens_total", "Prompt-lookup guesses the target model kept.",
+    counter(&b, "kiln_speculative_drafted_tokens_total",
+            "Guessed tokens verified (--lookup or --model-draft).", m->drafted_tokens);
+    counter(&b, "kiln_speculative_accepted_tokens_total", "Guessed tokens the target model kept.",
             m->accepted_tokens);
     gauge(&b, "kiln_queue_depth", "Requests waiting to start.", m->queue_depth);
     gauge(&b, "kiln_running_sequences", "Sequences in prefill or decoding.", m->running_sequences);
     gauge(&b, "kiln_kv_cells_used", "KV cache cells in use.", m->kv_cells_used);
     gauge(&b, "kiln_kv_cells_total", "KV cache cells.", m->kv_cells_total);
+    gauge(&b, "kiln_draft_kv_cells_used", "KV cache cells in use in the draft model's context (--model-draft).",
+          m->draft_kv_cells_used);
     gauge(&b, "kiln_prefix_cache_sequences", "Finished sequences kept for the prefix cache.",
           m->prefix_cache_sequences);
     gauge(&b, "kiln_prefix_cache_cells", "KV cells held by the prefix cache.", m->prefix_cache_cells);

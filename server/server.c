@@ -33,6 +33,7 @@ ks_server_params ks_server_params_default(void) {
 typedef struct loader {
     ks_http *h;
     kiln_model *model;
+    kiln_model *draft;    /* --model-draft */
     _Atomic int finished; /* 1 loaded, -1 failed */
 } loader;
 
@@ -84,6 +85,15 @@ static void *load(void *arg) {
     /* The same one line as kiln run's when a named device could not start and the CPU runs instead. */
     if (kiln_model_device_note(l->model)) fprintf(stderr, "kiln serve: note: %s\n", kiln_model_device_note(l->model));
     ks_engine_params ep = p->engine;
+    if (p->draft_model_path) {
+        if ((st = kiln_model_load_ex(p->draft_model_path, &mp, &l->draft)) != KILN_OK) {
+            fprintf(stderr, "kiln serve: loading the draft model '%s': %s\n", p->draft_model_path,
+                    kiln_last_error());
+            atomic_store(&l->finished, -1);
+            return NULL;
+        }
+        ep.draft_model = l->draft;
+    }
     if (p->verbose && !ep.log) ep.log = log_line;
     describe_model(h, l->model, &ep);
     if ((st = ks_engine_create(l->model, &ep, &h->engine)) != KILN_OK) {
@@ -166,6 +176,7 @@ int ks_server_run(const ks_server_params *params) {
     shut_down(h, thread, params);
     if (h->engine && params->prefix_cache_dir) ks_persist_save(h->engine, params->prefix_cache_dir);
     ks_engine_destroy(h->engine);
+    kiln_model_destroy(l.draft);
     kiln_model_destroy(l.model);
     drain_signals(&set);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

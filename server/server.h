@@ -10,6 +10,7 @@
 
 typedef struct ks_server_params {
     const char *model_path;
+    const char *draft_model_path; /* --model-draft: a draft model for speculative decoding; NULL: none */
     const char *host;          /* default "127.0.0.1" */
     int port;                  /* default 8080 */
     const char *api_key;       /* NULL: no key */

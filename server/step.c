@@ -59,6 +59,7 @@ static void abort_request(ks_engine *e, ks_req *r) {
     for (int32_t i = 0; i < r->req.n; i++)
         if (!r->choices[i].done) {
             r->choices[i].done = true;
+            ks__spec_forget(e, r, i);
             forget_seq(e, r->seqs[i]);
         }
     e->running_seqs -= r->n_running;
@@ -75,6 +76,7 @@ static void finish_choice(ks_engine *e, ks_req *r, int32_t i) {
     e->reserved_cells -= unused;
     r->n_running--;
     e->running_seqs--;
+    ks__spec_forget(e, r, i);
     int32_t n = r->n_past[i], n_prompt = r->req.n_prompt;
     int32_t *tokens = e->pcache.max > 0 ? malloc((size_t)n * sizeof *tokens) : NULL;
     if (!tokens) {
@@ -87,7 +89,7 @@ static void finish_choice(ks_engine *e, ks_req *r, int32_t i) {
 }
 
 /* The per-request arrays an admitted request needs. */
-static bool alloc_running(ks_req *r) {
+static bool alloc_running(const ks_engine *e, ks_req *r) {
     size_t n = (size_t)r->req.n;
     r->choices = calloc(n, sizeof *r->choices);
     r->seqs = calloc(n, sizeof *r->seqs);
@@ -99,8 +101,10 @@ static bool alloc_running(ks_req *r) {
     r->spec_hits = calloc(n, sizeof *r->spec_hits);
     r->spec_misses = calloc(n, sizeof *r->spec_misses);
     r->t_last = calloc(n, sizeof *r->t_last);
+    r->draft_past = calloc(n, sizeof *r->draft_past);
+    r->guesses = e->draft_ctx ? calloc(n * KS_DRAFT_MAX, sizeof *r->guesses) : NULL;
     return r->choices && r->seqs && r->n_past && r->next_token && r->batch_at && r->n_guess && r->lookup_next &&
-           r->spec_hits && r->spec_misses && r->t_last;
+           r->spec_hits && r->spec_misses && r->t_last && r->draft_past && (r->guesses || !e->draft_ctx);
 }
 
 typedef enum admit_result { ADMIT_OK, ADMIT_WAIT, ADMIT_FAIL } admit_result;
@@ -131,7 +135,7 @@ static int32_t reserve_cells(ks_engine *e, ks_req *r) {
 static admit_result try_admit(ks_engine *e, ks_req *r, double now) {
     int32_t n = r->req.n;
     if (e->running_seqs + n > e->p.n_parallel || e->n_free_seqs < n) return ADMIT_WAIT;
-    if (!r->choices && !alloc_running(r)) {
+    if (!r->choices && !alloc_running(e, r)) {
         snprintf(r->error, sizeof r->error, "out of memory admitting a request of %d choices", n);
         return ADMIT_FAIL;
     }
@@ -237,6 +241,7 @@ void ks__engine_publish(ks_engine *e, bool merge) {
     m->queue_depth = e->queued;
     m->running_sequences = e->running_seqs;
     m->kv_cells_used = kiln_kv_n_used(e->ctx);
+    m->draft_kv_cells_used = e->draft_ctx ? kiln_kv_n_used(e->draft_ctx) : 0;
     m->prefix_cache_sequences = e->pcache.n;
     m->prefix_cache_cells = ks__pcache_tokens(&e->pcache);
     if (!merge) return;
@@ -330,10 +335,16 @@ static void build_batch(ks_engine *e) {
     for (int32_t a = 0; a < e->n_active; a++) {
         ks_req *r = e->active[a];
         r->slice = 0;
-        if (prefilling(r) && !oldest) oldest = r;
         for (int32_t i = 0; i < r->req.n; i++) {
             r->batch_at[i] = -1;
             r->n_guess[i] = 0;
+        }
+    }
+    ks__spec_draft(e, guess_room);
+    for (int32_t a = 0; a < e->n_active; a++) {
+        ks_req *r = e->active[a];
+        if (prefilling(r) && !oldest) oldest = r;
+        for (int32_t i = 0; i < r->req.n; i++) {
             if (prefilling(r) || r->choices[i].done) continue;
             r->batch_at[i] = b->n_tokens;
             kiln_batch_add(b, r->next_token[i], r->n_past[i], r->seqs[i], true);
@@ -417,7 +428,7 @@ static bool sample_choice(ks_engine *e, ks_req *r, int32_t i, double now) {
     if (k > 0) kiln_kv_seq_rm(e->ctx, r->seqs[i], r->n_past[i], -1);
     e->delta.drafted_tokens += (uint64_t)k;
     e->delta.accepted_tokens += (uint64_t)kept;
-    ks__spec_learn(r, i, kept, token);
+    ks__spec_settle(e, r, i, kept, token);
     r->next_token[i] = token;
     r->first_token_seen = true;
     r->t_last[i] = now;

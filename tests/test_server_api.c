@@ -467,6 +467,7 @@ static void metrics_are_prometheus_text(void) {
                            "kiln_running_sequences 0",
                            "kiln_kv_cells_used 0",
                            "kiln_kv_cells_total 0",
+                           "kiln_draft_kv_cells_used 0",
                            "kiln_prefix_cache_cells 0",
                            "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2",
                            "kiln_time_to_first_token_seconds_sum 0.5",

@@ -300,7 +300,7 @@ static void concurrent_greedy_requests_each_match_their_sequence_decoded_alone(v
         collector_free(c[i]);
 }
 
-/* Prompt lookup (lookup_draft): greedy output is the tokens of plain decoding, for requests that guess a
+/* Prompt lookup (draft_max without a draft model): greedy output is the tokens of plain decoding, for requests that guess a
  * lot (a repetitive prompt) sharing batches with ones that do not, and every guessed cell is given back.
  * Alone, the repetitive request needs fewer steps than tokens: guesses were accepted. */
 static void prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_batches(void) {
@@ -314,7 +314,7 @@ static void prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_ba
     p.n_parallel = 4;
     p.n_ctx = 1024;
     p.cache_seqs = 0;
-    p.lookup_draft = 8;
+    p.draft_max = 8;
     CHECK_OK(ks_engine_create(model, &p, &e));
     if (!e) return;
     for (int i = 0; i < 6; i++) {
@@ -347,6 +347,90 @@ static void prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_ba
     CHECK(m.steps - steps0 < (uint64_t)c[0]->completion_tokens); /* the prompt's step included */
     collector_free(c[0]);
     ks_engine_destroy(e);
+}
+
+/* Counts the engine's log lines that report a failed draft decode (the draft's sequences out of step). */
+static void count_draft_failures(void *user, const char *line) {
+    if (strstr(line, "draft model's decode failed")) __atomic_add_fetch((int *)user, 1, __ATOMIC_RELAXED);
+}
+
+/* A draft model (draft_model): greedy output is the tokens of plain decoding for requests sharing batches,
+ * the two choices of one request included (they share the draft's prompt cells), with the model as its own
+ * draft (its guesses are kept: a lone request needs fewer steps than tokens) and with a Q4_0 copy of it
+ * (some guesses rejected, so the draft's cells are rolled back: a draft sequence out of step with its
+ * choice would fail the draft's next batch, which the engine logs); afterwards neither context holds a
+ * cell. A draft of another vocabulary is refused by name. */
+static void a_draft_model_gives_the_plain_greedy_tokens_in_shared_batches(void) {
+    enum { N_REQ = 5, MAX = 40 };
+    const char *q4_path = KILN_TEST_TMP "/engine_draft_q4_0.gguf";
+    kiln_quantize_params qp = kiln_quantize_params_default();
+    kiln_model *q4 = NULL, *other = NULL;
+    qp.mix = KILN_MIX_Q4_0;
+    CHECK_OK(kiln_quantize_file(KILN_MODEL_PATH, q4_path, &qp, NULL, NULL));
+    CHECK_OK(kiln_model_load(q4_path, &q4));
+    kiln_model *drafts[2] = {model, q4};
+    for (int d = 0; d < 2 && drafts[d]; d++) {
+        ks_engine_params p = ks_engine_params_default();
+        ks_engine *e = NULL;
+        int32_t prompts[N_REQ][64], n_prompt[N_REQ];
+        collector *c[N_REQ];
+        ks_metrics m;
+        p.n_parallel = 6;
+        p.n_ctx = 1024;
+        p.cache_seqs = 0;
+        p.draft_model = drafts[d];
+        p.draft_max = 6;
+        int failures = 0;
+        p.log = count_draft_failures;
+        p.log_user = &failures;
+        CHECK_OK(ks_engine_create(model, &p, &e));
+        if (!e) break;
+        for (int i = 0; i < N_REQ; i++) {
+            n_prompt[i] = tokenize(PROMPTS[i], prompts[i], 64);
+            ks_request r = greedy_request(prompts[i], n_prompt[i], MAX);
+            r.logprobs = 0;
+            r.n = i == 2 ? 2 : 1;
+            c[i] = collector_new(e);
+            CHECK_OK(ks_engine_submit(e, &r, on_event, c[i], &c[i]->handle));
+        }
+        for (int i = 0; i < N_REQ; i++) {
+            int32_t ref[MAX], n;
+            CHECK(wait_end(c[i], WAIT_S));
+            n = greedy_alone(prompts[i], n_prompt[i], MAX, false, 0, 0, ref);
+            for (int ch = 0; ch < (i == 2 ? 2 : 1); ch++) {
+                CHECK_EQ_INT(c[i]->n_tokens[ch], n);
+                for (int32_t j = 0; j < n && j < c[i]->n_tokens[ch]; j++)
+                    CHECK_EQ_INT(c[i]->tokens[ch][j], ref[j]);
+            }
+            CHECK_EQ_INT(c[i]->events_after_end, 0);
+            collector_free(c[i]);
+        }
+        CHECK(wait_idle_metrics(e, 0, WAIT_S)); /* no guessed cell left behind in the target */
+        ks_engine_metrics(e, &m);
+        CHECK_EQ_INT(m.draft_kv_cells_used, 0); /* nor any cell in the draft */
+        CHECK(m.drafted_tokens > 0);
+        if (d == 0) CHECK(m.accepted_tokens * 10 >= m.drafted_tokens * 9); /* only a near tie can differ */
+        if (d == 1) CHECK(m.accepted_tokens > 0 && m.accepted_tokens < m.drafted_tokens);
+        uint64_t steps0 = m.steps;
+        ks_request r = greedy_request(prompts[0], n_prompt[0], MAX);
+        c[0] = collector_new(e);
+        CHECK_OK(ks_engine_submit(e, &r, on_event, c[0], &c[0]->handle));
+        CHECK(wait_end(c[0], WAIT_S));
+        ks_engine_metrics(e, &m);
+        if (d == 0) CHECK(m.steps - steps0 < (uint64_t)c[0]->completion_tokens);
+        collector_free(c[0]);
+        ks_engine_destroy(e);
+        CHECK_EQ_INT(failures, 0);
+    }
+    CHECK_OK(kiln_model_load(KILN_TEST_DATA "/arch/gpt2.gguf", &other));
+    ks_engine_params p = ks_engine_params_default();
+    ks_engine *e = NULL;
+    p.draft_model = other;
+    CHECK_STATUS(ks_engine_create(model, &p, &e), KILN_E_INVALID_ARG);
+    CHECK(e == NULL && strstr(kiln_last_error(), "draft model's vocabulary"));
+    kiln_model_destroy(other);
+    kiln_model_destroy(q4);
+    remove(q4_path);
 }
 
 static void a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token_each_step(void) {
@@ -957,6 +1041,7 @@ int main(void) {
     }
     RUN(concurrent_greedy_requests_each_match_their_sequence_decoded_alone);
     RUN(prompt_lookup_speculation_gives_the_plain_greedy_tokens_in_shared_batches);
+    RUN(a_draft_model_gives_the_plain_greedy_tokens_in_shared_batches);
     RUN(a_long_prompt_is_prefilled_in_slices_while_every_stream_gets_a_token_each_step);
     RUN(a_short_prompt_overtakes_a_long_prefill_and_both_give_what_they_give_alone);
     RUN(n_choices_at_temperature_0_are_identical_and_share_one_prefill);

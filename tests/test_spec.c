@@ -160,6 +160,10 @@ static void bad_drafts_and_histories_are_refused_by_name(void) {
     p.draft = d;
     CHECK_STATUS(kiln_spec_create(c, &p, &sp), KILN_E_INVALID_ARG);
     CHECK_ERROR_MENTIONS("vocabulary");
+    CHECK_STATUS(kiln_spec_check_draft(model, other), KILN_E_INVALID_ARG); /* the same check, for kiln serve */
+    CHECK_ERROR_MENTIONS("vocabulary");
+    CHECK_STATUS(kiln_spec_check_draft(model, NULL), KILN_E_INVALID_ARG);
+    CHECK_OK(kiln_spec_check_draft(model, model));
     p.draft = NULL;
     p.n_draft = 64;
     CHECK_STATUS(kiln_spec_create(c, &p, &sp), KILN_E_INVALID_ARG);

@@ -77,7 +77,8 @@ static int32_t argmax(const float *x, int32_t n) {
 }
 
 /* The draft model must speak the target's vocabulary: the same size, BOS, EOS and every token's text. */
-static kiln_status check_vocab(const kiln_model *t, const kiln_model *d) {
+kiln_status kiln_spec_check_draft(const kiln_model *t, const kiln_model *d) {
+    if (!t || !d) return kiln__error(KILN_E_INVALID_ARG, "kiln_spec_check_draft: NULL argument");
     const kiln_vocab *vt = kiln_model_vocab(t), *vd = kiln_model_vocab(d);
     int32_t n = kiln_vocab_n_tokens(vt);
     if (kiln_vocab_n_tokens(vd) != n || kiln_vocab_bos(vd) != kiln_vocab_bos(vt) ||
@@ -110,7 +111,7 @@ kiln_status kiln_spec_create(kiln_ctx *target, const kiln_spec_params *params, k
                            p.ngram_min, p.ngram_max);
     if (target->embeddings || (p.draft && p.draft->embeddings))
         return kiln__error(KILN_E_INVALID_ARG, "kiln_spec_create: embeddings contexts do not generate");
-    if (p.draft && (s = check_vocab(target->model, p.draft->model))) return s;
+    if (p.draft && (s = kiln_spec_check_draft(target->model, p.draft->model))) return s;
     if (!(sp = kiln__calloc(1, sizeof *sp))) return kiln__nomem("the speculative decoder");
     sp->target = target;
     sp->draft = p.draft;
