@@ -26,7 +26,7 @@ from .errors import (
 )
 from .grammar import LlamaGrammar, json_schema_to_gbnf
 from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
-from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+from .llama_speculative import LlamaDraftModel, LlamaModelDraft, LlamaPromptLookupDecoding
 from .model import Batch, Context, Model, cpu_level, default_threads, set_cpu_level
 from .onnx import InferenceSession, NodeArg, SessionOptions
 from .sampler import Sampler
@@ -52,6 +52,7 @@ __all__ = [
     "LlamaState",
     "LlamaGrammar",
     "LlamaDraftModel",
+    "LlamaModelDraft",
     "LlamaPromptLookupDecoding",
     "Model",
     "NodeArg",

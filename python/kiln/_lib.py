@@ -242,6 +242,7 @@ _PROTOTYPES = {
     "kiln_sampler_sample": (c_status, [sampler_p, POINTER(c_float), POINTER(c_int32)]),
     "kiln_sampler_sample_draft": (c_status, [sampler_p, POINTER(c_float), c_int32, POINTER(c_int32)]),
     "kiln_spec_lookup": (c_int32, [POINTER(c_int32), c_int32, c_int32, c_int32, c_int32, POINTER(c_int32)]),
+    "kiln_spec_check_draft": (c_status, [model_p, model_p]),
     "kiln_sampler_accept": (None, [sampler_p, c_int32]),
     "kiln_sampler_set_grammar": (c_status, [sampler_p, matcher_p]),
     # Grammars

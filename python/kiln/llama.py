@@ -26,7 +26,7 @@ import numpy as np
 from . import _generate
 from .chat import ChatTemplate
 from .errors import UnsupportedError
-from .llama_speculative import LlamaDraftModel
+from .llama_speculative import LlamaDraftModel, LlamaModelDraft
 from .grammar import GrammarMatcher, GrammarVocab, LlamaGrammar, response_format_grammar
 from .model import Context, Model
 
@@ -115,6 +115,8 @@ class Llama:
         if n_gpu_layers != 0:
             devices = devices or "auto"
         self._model = Model(model_path, n_threads=n_threads, devices=devices, gpu_layers=gpu_layers)
+        if isinstance(draft_model, LlamaModelDraft):
+            draft_model.check_vocabulary(self._model)
         self.embedding = bool(embedding) or not self._model.is_causal
         log = (lambda line: print(f"kiln: {line}", file=sys.stderr)) if verbose else None
         n_ctx = n_ctx if n_ctx > 0 else self._model.n_ctx_train
