@@ -3,7 +3,9 @@
  * reference tile (kernels_mm_kquants_ref.c) against an independent float computation, and every level's
  * plain and packed tiles (repack.c, x86/avx512_kquants.c) against the reference tile, on random valid
  * K-quant blocks (random quants, scales and mins, sane half-float super-block scales) and odd sizes:
- * row counts that leave a partial group of 16, column counts around the kernels' register tiles.
+ * row counts that leave a partial group of 16, column counts around the kernels' register tiles. A level's
+ * tiles for a type are tested on the activation rows the matmul gives them: super-block q8 rows where the
+ * level says so (kiln_cpu_isa.q8_superblock: the AVX2 Q4_K tiles), per-block rows elsewhere.
  *
  * Tolerance, as in test_kernels_mm.c: the tiles compute each 32-block's integer dot exactly and may only
  * round the per-block products differently and reorder the float sums: |got - ref| <= 1e-6 * (k / 32) *
@@ -63,14 +65,15 @@ static size_t finish_rows(kiln_type type, int64_t k, int64_t nr, uint64_t st) {
     return rb;
 }
 
-/* nc random activation columns quantized to q8 rows (stride returned); xd holds what they mean. */
-static size_t make_columns(int64_t k, int64_t nc, uint64_t seed) {
+/* nc random activation columns quantized to q8 rows (stride returned), super-block rows when sb (kernels.h);
+ * xd holds what they mean. */
+static size_t make_columns(int64_t k, int64_t nc, uint64_t seed, bool sb) {
     uint64_t st = seed;
     size_t xs = kiln__q8_row_bytes(k);
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     for (int64_t c = 0; c < nc; c++) {
         for (int64_t i = 0; i < k; i++) xf[c * MAXK + i] = unit(&st) * (1.0f + (float)(i % 7));
-        ref->quantize_q8(xf + c * MAXK, xq + (size_t)c * xs, k);
+        (sb ? ref->quantize_q8_sb : ref->quantize_q8)(xf + c * MAXK, xq + (size_t)c * xs, k);
         const unsigned char *row = xq + (size_t)c * xs;
         for (int64_t i = 0; i < k; i++)
             xd[c * MAXK + i] = kiln__q8_row_d(row, k)[i / KILN_Q8_BLOCK] * (float)((const int8_t *)row)[i];
@@ -104,16 +107,17 @@ static bool agree(const char *what, const kiln_cpu_isa *isa, kiln_type type, int
 }
 
 /* The reference's block-wise integer dots equal the double-precision dot of the dequantized weights with
- * the dequantized activations, within float rounding of the block terms. */
+ * the dequantized activations, within float rounding of the block terms, for per-block and super-block
+ * q8 rows alike. */
 static void the_reference_tile_equals_the_float_dot_of_dequantized_weights_and_activations(void) {
     static const int64_t ks[] = {256, 768, 2560};
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < KILN__ARRAY_LEN(ks); i++) {
             int64_t k = ks[i], nr = 5, nc = 3;
-            size_t ws = make_rows(types[t], k, nr, 11 + 7 * i + (uint64_t)t);
-            size_t xs = make_columns(k, nc, 5 + i);
-            ref->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, got, MAXR);
+            size_t ws = make_rows(types[t % 2], k, nr, 11 + 7 * i + (uint64_t)t);
+            size_t xs = make_columns(k, nc, 5 + i, t >= 2);
+            ref->mm[types[t % 2]](k, wraw, ws, nr, xq, xs, nc, got, MAXR);
             for (int64_t c = 0; c < nc; c++)
                 for (int64_t r = 0; r < nr; r++) {
                     double exact = 0;
@@ -136,7 +140,7 @@ static void every_level_plain_tiles_match_the_reference_tile(void) {
                     for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
                         int64_t k = ks[i], nr = nrs[ir], nc = ncs[ic];
                         size_t ws = make_rows(types[t], k, nr, 100 * (uint64_t)l + 10 * i + ir);
-                        size_t xs = make_columns(k, nc, 3 + ic);
+                        size_t xs = make_columns(k, nc, 3 + ic, isa->q8_superblock[types[t]]);
                         isa->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, got, MAXR);
                         ref->mm[types[t]](k, wraw, ws, nr, xq, xs, nc, want, MAXR);
                         if (!agree("plain", isa, types[t], k, nr, nc)) return;
@@ -165,7 +169,8 @@ static void every_level_packed_tiles_match_the_reference_tile_on_repacked_weight
                     for (size_t ic = 0; ic < KILN__ARRAY_LEN(ncs); ic++) {
                         int64_t k = ks[i], nr = nrs[ir], nc = ncs[ic];
                         size_t ws = make_rows(types[t], k, nr, 1000 * (uint64_t)l + 10 * i + ir);
-                        size_t xs = make_columns(k, nc, 7 + ic), gs = kiln__repack_group_bytes(types[t], k);
+                        size_t xs = make_columns(k, nc, 7 + ic, isa->q8_superblock[types[t]]);
+                        size_t gs = kiln__repack_group_bytes(types[t], k);
                         CHECK(gs * (size_t)((nr + 15) / 16) <= sizeof packed);
                         CHECK(kiln__repack_supported(types[t], k, nr));
                         kiln__repack(types[t], wraw, ws, k, nr, packed);
@@ -201,7 +206,7 @@ static void packed_tiles_do_not_saturate_at_the_largest_quants(void) {
     const int64_t k = 512, nr = 16, nc = 2;
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     size_t xs = kiln__q8_row_bytes(k);
-    for (int64_t c = 0; c < nc; c++) {
+    for (int64_t c = 0; c < nc; c++) { /* per-block and super-block rows alike: every quant 127 or -127 */
         for (int64_t i = 0; i < k; i++) xf[c * MAXK + i] = c == 0 ? 1.0f : -1.0f;
         ref->quantize_q8(xf + c * MAXK, xq + (size_t)c * xs, k);
         CHECK_EQ_INT(((const int8_t *)xq)[c * (int64_t)xs], c == 0 ? 127 : -127);

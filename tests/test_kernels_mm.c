@@ -225,6 +225,45 @@ static void q8_rows_follow_the_documented_layout(void) {
     }
 }
 
+/* Super-block q8 rows (kernels.h): one scale per 256 elements, d = max|x| of the 256 / 127, shared by the
+ * super-block's 8 blocks; q = round-half-even(x / d); sums per block. Every level gives the reference's
+ * bytes, on the inputs of the per-block quantizer's test. */
+static void super_block_q8_rows_share_one_scale_per_256_on_every_level(void) {
+    static float x[1024];
+    static unsigned char want[2048], got[2048];
+    const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
+    for (int trial = 0; trial < 4; trial++) {
+        fill_random(x, 1024, 177 + (uint64_t)trial);
+        for (int i = 0; i < 1024; i++) x[i] *= trial == 3 ? 1e-30f : (float)(1 + trial * 50);
+        memset(x + 256, 0, 256 * sizeof(float)); /* an all-zero super-block gets d = 0 and zero quants */
+        x[5] = 3.5f * 2.0f;                      /* x[5] / d is 3.5 when the super-block's max is 254 */
+        x[6] = trial == 0 ? 254.0f : x[6];
+        ref->quantize_q8_sb(x, want, 1024);
+        for (int sb = 0; sb < 4; sb++) {
+            double amax = 0;
+            for (int i = 0; i < 256; i++) amax = fmax(amax, fabs(x[sb * 256 + i]));
+            for (int b = sb * 8; b < sb * 8 + 8; b++) {
+                int sum = 0;
+                CHECK(kiln__q8_row_d(want, 1024)[b] == kiln__q8_row_d(want, 1024)[sb * 8]);
+                CHECK_NEAR(kiln__q8_row_d(want, 1024)[b], amax / 127, 1e-7 * amax);
+                for (int i = b * 32; i < b * 32 + 32; i++) {
+                    int q = ((int8_t *)want)[i];
+                    if (amax > 0) CHECK(fabs(q - x[i] / (amax / 127)) <= 0.5 + 1e-4);
+                    sum += q;
+                }
+                CHECK_EQ_INT(kiln__q8_row_s(want, 1024)[b], sum);
+            }
+        }
+        if (trial == 0) CHECK_EQ_INT(((int8_t *)want)[5], 4); /* 3.5 rounds to even */
+        for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
+            if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+            memset(got, 0, sizeof got);
+            kiln__cpu_isa_for((kiln_cpu_level)l)->quantize_q8_sb(x, got, 1024);
+            CHECK(memcmp(got, want, kiln__q8_row_bytes(1024) - 64) == 0);
+        }
+    }
+}
+
 /* Repacked weights (repack.c) through each level's packed tiles equal the unpacked reference tile. */
 static void packed_tiles_match_the_reference_on_repacked_weights(void) {
     static float got[40 * 48], want[40 * 48], xs_f[40 * MAXK];
@@ -361,6 +400,7 @@ int main(void) {
     RUN(q8_rows_follow_the_documented_layout);
     RUN(reference_integer_dots_equal_the_dequantized_dot);
     RUN(every_level_quantizes_activations_to_the_same_bytes_as_the_reference);
+    RUN(super_block_q8_rows_share_one_scale_per_256_on_every_level);
     RUN(every_level_gives_defined_quants_for_infinite_and_nan_activations);
     RUN(every_level_matches_the_reference_tiles_for_every_weight_type_and_odd_sizes);
     RUN(packed_tiles_match_the_reference_on_repacked_weights);

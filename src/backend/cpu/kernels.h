@@ -101,6 +101,15 @@ void kiln__cpu_softmax_row(float *x, int64_t n);
 
 #define KILN_Q8_BLOCK 32
 
+/* Super-block q8 rows, the activations of Q4_K weights at every level and on the Vulkan backend
+ * (kiln_cpu_isa.q8_superblock, set by the reference level and inherited): the same layout, but quantized
+ * with one scale per 256 elements (max|x| of the 256 / 127, then round-to-nearest-even of x / d per
+ * element, as llama.cpp's q8_K for its K-quant dots), so the 8 scales d of each super-block are equal and
+ * a tile may sum a super-block's 8 blocks in integers (x86/avx2_packed_kquants.c); the block sums s stay
+ * per 32. K is a multiple of 256. An element's rounding is up to half the super-block's scale instead of
+ * its block's. */
+#define KILN_Q8_SUPERBLOCK 256
+
 static inline size_t kiln__q8_row_bytes(int64_t k) {
     return ((size_t)k + (size_t)k / KILN_Q8_BLOCK * 8 + 63) & ~(size_t)63;
 }
@@ -139,6 +148,10 @@ typedef struct kiln_cpu_isa {
     bool bf16_prefill; /* F16/BF16 prefill takes mm_packed_bf16 (kiln__cpu_bf16_prefill) */
     void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even; subnormals to zero */
     void (*quantize_q8)(const float *x, void *row, int64_t k);
+    void (*quantize_q8_sb)(const float *x, void *row, int64_t k); /* super-block q8 rows (above) */
+    /* The weight types whose activations are super-block q8 rows (above): Q4_K at every level. A tile of
+     * such a type may read one scale per super-block. */
+    bool q8_superblock[KILN_TYPE_COUNT];
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
     void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
     float (*dot_f32)(const float *x, const float *y, int64_t n);

@@ -85,16 +85,18 @@ static void fallback(const kiln_cpu_args *a, const kiln_cpu_isa *isa, int64_t i2
     }
 }
 
-/* Quantize this thread's share of the activation columns into the shared q8 rows. */
+/* Quantize this thread's share of the activation columns into the shared q8 rows (super-block rows when
+ * the level's tiles for the weight type take them). */
 static void quantize_columns(const kiln_cpu_args *a, const kiln_cpu_isa *isa) {
     const kiln_tensor *x = a->dst->src[1];
     size_t qrow = kiln__q8_row_bytes(x->ne[0]);
+    void (*quantize)(const float *, void *, int64_t) =
+        isa->q8_superblock[a->dst->src[0]->type] ? isa->quantize_q8_sb : isa->quantize_q8;
     int64_t c0, c1;
     kiln__cpu_split(kiln__tensor_nrows(x), a->ith, a->nth, &c0, &c1);
     for (int64_t c = c0; c < c1; c++) {
         int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
-        isa->quantize_q8((const float *)kiln__cpu_row(x, i1, i2, i3), (char *)a->shared + (size_t)c * qrow,
-                         x->ne[0]);
+        quantize((const float *)kiln__cpu_row(x, i1, i2, i3), (char *)a->shared + (size_t)c * qrow, x->ne[0]);
     }
 }
 

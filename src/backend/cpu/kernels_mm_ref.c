@@ -16,28 +16,38 @@
 #include <math.h>
 
 void kiln__q8_quantize_ref(const float *x, void *row, int64_t k);
+void kiln__q8_quantize_sb_ref(const float *x, void *row, int64_t k);
 
-void kiln__q8_quantize_ref(const float *x, void *row, int64_t k) {
+/* q8 rows whose scales are shared by `span` elements (KILN_Q8_BLOCK, or KILN_Q8_SUPERBLOCK). */
+static void quantize_spans(const float *x, void *row, int64_t k, int64_t span) {
     int8_t *q = row;
     float *d = (float *)((char *)row + k);
     int32_t *s = (int32_t *)((char *)row + k + k / KILN_Q8_BLOCK * 4);
-    for (int64_t b = 0; b < k / KILN_Q8_BLOCK; b++) {
-        const float *xb = x + b * KILN_Q8_BLOCK;
+    for (int64_t b0 = 0; b0 < k; b0 += span) {
         float amax = 0.0f, db, id;
-        int32_t sum = 0;
-        for (int i = 0; i < KILN_Q8_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        for (int64_t i = 0; i < span; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
         db = amax / 127.0f;
         id = db != 0.0f ? 1.0f / db : 0.0f;
-        for (int i = 0; i < KILN_Q8_BLOCK; i++) {
-            /* Clamped before the conversion so that NaN and infinite inputs give a defined value (NaN goes
-             * to -127, as the SIMD max with the bound second does), never an undefined float-to-int cast. */
-            int32_t v = (int32_t)nearbyintf(fminf(fmaxf(xb[i] * id, -127.0f), 127.0f));
-            q[b * KILN_Q8_BLOCK + i] = (int8_t)v;
-            sum += v;
+        for (int64_t b = b0 / KILN_Q8_BLOCK; b < (b0 + span) / KILN_Q8_BLOCK; b++) {
+            int32_t sum = 0;
+            for (int i = 0; i < KILN_Q8_BLOCK; i++) {
+                /* Clamped before the conversion so that NaN and infinite inputs give a defined value (NaN
+                 * goes to -127, as the SIMD max with the bound second does), never an undefined float-to-int
+                 * cast. */
+                int32_t v = (int32_t)nearbyintf(fminf(fmaxf(x[b * KILN_Q8_BLOCK + i] * id, -127.0f), 127.0f));
+                q[b * KILN_Q8_BLOCK + i] = (int8_t)v;
+                sum += v;
+            }
+            d[b] = db;
+            s[b] = sum;
         }
-        d[b] = db;
-        s[b] = sum;
     }
+}
+
+void kiln__q8_quantize_ref(const float *x, void *row, int64_t k) { quantize_spans(x, row, k, KILN_Q8_BLOCK); }
+
+void kiln__q8_quantize_sb_ref(const float *x, void *row, int64_t k) {
+    quantize_spans(x, row, k, KILN_Q8_SUPERBLOCK);
 }
 
 static void mm_f32(int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
@@ -182,6 +192,9 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->mm[KILN_TYPE_Q4_0] = mm_q4_0;
     kiln__cpu_isa_init_kquants_ref(t); /* Q4_K, Q6_K (kernels_mm_kquants_ref.c) */
     t->quantize_q8 = kiln__q8_quantize_ref;
+    t->quantize_q8_sb = kiln__q8_quantize_sb_ref;
+    for (int i = 0; i < KILN_TYPE_COUNT; i++) t->q8_superblock[i] = false;
+    t->q8_superblock[KILN_TYPE_Q4_K] = true; /* llama.cpp's q8_K for its K-quant dots; every level inherits it */
     t->f32_to_bf16 = f32_to_bf16;
     t->bf16_prefill = false;
     t->f16_to_f32 = f16_to_f32;

@@ -136,34 +136,51 @@ DEFINE_MM(mm_bf16, tile_float, KILN_TYPE_BF16, 3)
 DEFINE_MM(mm_q8_0, tile_quant, KILN_TYPE_Q8_0, 2)
 DEFINE_MM(mm_q4_0, tile_quant, KILN_TYPE_Q4_0, 2)
 
-KILN_AVX2 static void quantize_q8(const float *x, void *row, int64_t k) {
+/* The largest |x| of n floats (a multiple of 32). */
+static inline __attribute__((always_inline)) KILN_AVX2 float abs_max(const float *x, int64_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += KILN_Q8_BLOCK)
+        for (int j = 0; j < 4; j++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i + 8 * j)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+/* q8 rows whose scales are shared by `span` elements (kernels.h): the reference's arithmetic per element. */
+static inline __attribute__((always_inline)) KILN_AVX2 void quantize_spans(const float *x, void *row, int64_t k,
+                                                                            int64_t span) {
     int8_t *q = row;
     float *d = (float *)((char *)row + k);
     int32_t *s = (int32_t *)((char *)row + k + k / KILN_Q8_BLOCK * 4);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t b = 0; b < k / KILN_Q8_BLOCK; b++) {
-        __m256 v[4], m;
-        __m256i iv[4];
-        for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(x + b * KILN_Q8_BLOCK + 8 * j);
-        m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                          _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float db = _mm_cvtss_f32(m4) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        for (int j = 0; j < 4; j++) /* clamped as in the reference: NaN -> -127, sums cannot overflow */
-            iv[j] = _mm256_cvtps_epi32(_mm256_min_ps(
-                _mm256_max_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(id)), _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
-        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_hadd_epi32(s4, s4);
-        s4 = _mm_hadd_epi32(s4, s4);
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(q + b * KILN_Q8_BLOCK), p);
-        d[b] = db;
-        s[b] = _mm_cvtsi128_si32(s4);
+    for (int64_t b0 = 0; b0 < k; b0 += span) {
+        float db = abs_max(x + b0, span) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int64_t b = b0 / KILN_Q8_BLOCK; b < (b0 + span) / KILN_Q8_BLOCK; b++) {
+            __m256i iv[4];
+            for (int j = 0; j < 4; j++) /* clamped as in the reference: NaN -> -127, sums cannot overflow */
+                iv[j] = _mm256_cvtps_epi32(
+                    _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + b * KILN_Q8_BLOCK + 8 * j),
+                                                              _mm256_set1_ps(id)),
+                                                _mm256_set1_ps(-127.0f)),
+                                  _mm256_set1_ps(127.0f)));
+            __m256i sum = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_hadd_epi32(s4, s4);
+            s4 = _mm_hadd_epi32(s4, s4);
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(q + b * KILN_Q8_BLOCK), p);
+            d[b] = db;
+            s[b] = _mm_cvtsi128_si32(s4);
+        }
     }
+}
+
+KILN_AVX2 static void quantize_q8(const float *x, void *row, int64_t k) { quantize_spans(x, row, k, KILN_Q8_BLOCK); }
+
+KILN_AVX2 static void quantize_q8_sb(const float *x, void *row, int64_t k) {
+    quantize_spans(x, row, k, KILN_Q8_SUPERBLOCK);
 }
 
 KILN_AVX2 static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -201,6 +218,7 @@ void kiln__cpu_isa_init_avx2(kiln_cpu_isa *t) {
     t->mm[KILN_TYPE_Q8_0] = mm_q8_0;
     t->mm[KILN_TYPE_Q4_0] = mm_q4_0;
     t->quantize_q8 = quantize_q8;
+    t->quantize_q8_sb = quantize_q8_sb;
     t->f16_to_f32 = f16_to_f32;
 }
 

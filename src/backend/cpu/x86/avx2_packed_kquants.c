@@ -6,8 +6,13 @@
  * vpmaddubsw with the 4 matching activation bytes broadcast advances 8 row dots in int16 pair sums, which
  * must not saturate:
  *   Q4_K  quants 0..15: pair sums at most 3810, so a block's 8 products add in int16 (at most 30480)
- *         before one vpmaddwd; the float term per block is the AVX-512 tile's (dl * I) * dx - ml * (dx * s)
- *         with dl = d * sc and ml = dmin * m per row, and s the q8 block sum.
+ *         before one vpmaddwd, which multiplies them by the block's 6-bit scale sc (at most 63 x 60960 per
+ *         block, 8 blocks within 2^25); the mins' term sum_g m_g * s_g (s the q8 block sums, |s| <= 4064)
+ *         is 4 more vpmaddwd per super-block. The activations are super-block q8 rows (kernels.h: one
+ *         scale dx per 256, kiln_cpu_isa.q8_superblock), so a super-block's float term is one step:
+ *         (d * dx) * sum_g sc_g I_g - (dmin * dx) * sum_g m_g s_g, where llama.cpp's q8_K dot has the
+ *         same integers. The float work per 32-block that per-block scales need (a conversion and three
+ *         multiplies per 8 rows and column) was a fifth of the tile's instructions.
  *   Q6_K  quants q + 32 (0..63): pair sums at most 16002, so two products add in int16 before each
  *         vpmaddwd; the block's two 16-element sub-blocks (scales sc_a, sc_b) keep separate sums I_a, I_b,
  *         from which 32 times the sub-block's activation sum is taken (exact integers), then
@@ -29,7 +34,8 @@
 
 #define KILN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) KILN_AVX2
-#define CMAX 4
+#define CMAX 4     /* most columns per pass: Q6_K */
+#define Q4K_CMAX 3 /* Q4_K: its integer sums leave fewer registers (measured: decode +8% over 4 columns) */
 #define Q4K_BYTES 2368 /* one super-block of a 16-row group (repack_kquants.c) */
 #define Q6K_BYTES 3392
 
@@ -39,7 +45,9 @@ INLINE __m256i bcast4(const char *p) {
     return _mm256_set1_epi32(v);
 }
 
-INLINE __m256i load32(const unsigned char *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+INLINE __m256i load32(const unsigned char *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
 
 /* 8 per-row bytes at p as floats, unsigned (Q4_K) or signed (Q6_K); 8 half floats at p as floats. */
 INLINE __m256 bytes_u8(const unsigned char *p) {
@@ -48,37 +56,79 @@ INLINE __m256 bytes_u8(const unsigned char *p) {
 INLINE __m256 bytes_s8(const unsigned char *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
-INLINE __m256 halves8(const unsigned char *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+INLINE __m256 halves8(const unsigned char *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
 
-/* Sub-block g of super-block sb (w at the super-block's first byte), halves [h0, h0 + H), C columns. */
-INLINE void q4_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k, const char *x,
+/* The 8 per-row bytes at p (rows of one half) as int16 lanes, each twice: [r0 r0 r1 r1 .. r7 r7], the
+ * lanes vpmaddwd pairs with a block's int16 pair sums. */
+INLINE __m256i row_pairs(const unsigned char *p) {
+    const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(v, v)), _mm_unpackhi_epi16(v, v),
+                                   1);
+}
+
+/* The per-row bytes of blocks g and g + 1 at p and p + 16 (rows of one half) as int16 lanes [r0: g, g+1,
+ * r1: g, g+1, ..]: vpmaddwd with (s_g, s_g+1) in every lane pair gives each row's two mins' terms. */
+INLINE __m256i row_two_blocks(const unsigned char *p) {
+    const __m128i a = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(p + 16));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
+}
+
+/* Super-block sb (w at its first byte), halves [h0, h0 + H), C columns of super-block q8 rows. */
+INLINE void q4_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb, int64_t k, const char *x,
                        size_t xs, __m256 (*acc)[CMAX]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    const int64_t b = sb * 8 + g;
-    const unsigned char *q = w + 320 + 256 * g;
-    __m256i isum[2][CMAX];
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i iacc[2][CMAX];
     for (int h = 0; h < H; h++)
-        for (int c = 0; c < C; c++) isum[h][c] = _mm256_setzero_si256();
-    for (int j = 0; j < 4; j++)
-        for (int h = 0; h < H; h++) {
-            __m256i wv = load32(q + 64 * j + 32 * (h0 + h));
-            __m256i lo = _mm256_and_si256(wv, low4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
-            for (int c = 0; c < C; c++) {
-                const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
-                isum[h][c] = _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(lo, bcast4(xb + 4 * j)));
-                isum[h][c] = _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * j)));
+        for (int c = 0; c < C; c++)
+            iacc[h][c] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+        const unsigned char *q = w + 320 + 256 * g;
+        const int64_t b = sb * 8 + g;
+        __m256i isum[2][CMAX];
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < C; c++)
+                isum[h][c] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < H; h++) {
+                __m256i wv = load32(q + 64 * j + 32 * (h0 + h));
+                __m256i lo = _mm256_and_si256(wv, low4),
+                        hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low4);
+                for (int c = 0; c < C; c++) {
+                    const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
+                    isum[h][c] = _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(lo, bcast4(xb + 4 * j)));
+                    isum[h][c] =
+                        _mm256_add_epi16(isum[h][c], _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * j)));
+                }
             }
+        for (int h = 0; h < H; h++) {
+            const __m256i sc = row_pairs(w + 16 * g + 8 * (h0 + h));
+            for (int c = 0; c < C; c++)
+                iacc[h][c] = _mm256_add_epi32(iacc[h][c], _mm256_madd_epi16(isum[h][c], sc));
         }
+    }
     for (int h = 0; h < H; h++) {
         const int r = 8 * (h0 + h);
-        const __m256 dl = _mm256_mul_ps(halves8(w + 256 + 2 * r), bytes_u8(w + 16 * g + r));
-        const __m256 ml = _mm256_mul_ps(halves8(w + 288 + 2 * r), bytes_u8(w + 128 + 16 * g + r));
+        const __m256 d = halves8(w + 256 + 2 * r), dmin = halves8(w + 288 + 2 * r);
+        const __m256i m01 = row_two_blocks(w + 128 + r), m23 = row_two_blocks(w + 128 + 32 + r);
+        const __m256i m45 = row_two_blocks(w + 128 + 64 + r), m67 = row_two_blocks(w + 128 + 96 + r);
         for (int c = 0; c < C; c++) {
             const char *xr = x + c * xs;
-            float dx = kiln__q8_row_d(xr, k)[b], dxs = (float)kiln__q8_row_s(xr, k)[b] * dx;
-            __m256 t = _mm256_mul_ps(dl, _mm256_cvtepi32_ps(_mm256_madd_epi16(isum[h][c], ones)));
-            acc[h][c] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx), acc[h][c]);
-            acc[h][c] = _mm256_fnmadd_ps(ml, _mm256_set1_ps(dxs), acc[h][c]);
+            const __m128i s16 = _mm_packs_epi32(
+                _mm_loadu_si128((const __m128i *)(const void *)(kiln__q8_row_s(xr, k) + sb * 8)),
+                _mm_loadu_si128((const __m128i *)(const void *)(kiln__q8_row_s(xr, k) + sb * 8 + 4)));
+            __m256i imin = _mm256_madd_epi16(m01, _mm256_broadcastd_epi32(s16));
+            imin = _mm256_add_epi32(imin,
+                                    _mm256_madd_epi16(m23, _mm256_broadcastd_epi32(_mm_srli_si128(s16, 4))));
+            imin = _mm256_add_epi32(imin,
+                                    _mm256_madd_epi16(m45, _mm256_broadcastd_epi32(_mm_srli_si128(s16, 8))));
+            imin = _mm256_add_epi32(imin,
+                                    _mm256_madd_epi16(m67, _mm256_broadcastd_epi32(_mm_srli_si128(s16, 12))));
+            const __m256 dx = _mm256_set1_ps(kiln__q8_row_d(xr, k)[sb * 8]);
+            acc[h][c] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(iacc[h][c]), acc[h][c]);
+            acc[h][c] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(imin), acc[h][c]);
         }
     }
 }
@@ -106,14 +156,15 @@ INLINE void half_sums(const char *xr, int64_t k, int64_t b, __m256i *a, __m256i 
     *bb = _mm256_set1_epi32(32 * kiln__q8_row_s(xr, k)[b] - lo);
 }
 
-INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k, const char *x,
-                       size_t xs, __m256 (*acc)[CMAX]) {
+INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k,
+                       const char *x, size_t xs, __m256 (*acc)[CMAX]) {
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int64_t b = sb * 8 + g;
     const unsigned char *q = w + 320 + 384 * g;
     __m256i ia[2][CMAX], ib[2][CMAX];
     for (int h = 0; h < H; h++)
-        for (int c = 0; c < C; c++) ia[h][c] = ib[h][c] = _mm256_setzero_si256();
+        for (int c = 0; c < C; c++)
+            ia[h][c] = ib[h][c] = _mm256_setzero_si256();
     for (int j = 0; j < 4; j += 2)
         for (int h = 0; h < H; h++) {
             const __m256i qh0 = load32(q + 256 + 32 * (h0 + h)), qh1 = load32(q + 320 + 32 * (h0 + h));
@@ -121,7 +172,8 @@ INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb,
             __m256i a0 = _mm256_or_si256(_mm256_and_si256(qv0, low4), top_bits(qh0, j));
             __m256i a1 = _mm256_or_si256(_mm256_and_si256(qv1, low4), top_bits(qh0, j + 1));
             __m256i b0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv0, 4), low4), top_bits(qh1, j));
-            __m256i b1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
+            __m256i b1 =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
             for (int c = 0; c < C; c++) {
                 const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
                 __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast4(xb + 4 * j)),
@@ -135,7 +187,8 @@ INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb,
     for (int h = 0; h < H; h++) {
         const int r = 8 * (h0 + h);
         const __m256 d = halves8(w + 256 + 2 * r);
-        const __m256 dla = _mm256_mul_ps(d, bytes_s8(w + 32 * g + r)), dlb = _mm256_mul_ps(d, bytes_s8(w + 32 * g + 16 + r));
+        const __m256 dla = _mm256_mul_ps(d, bytes_s8(w + 32 * g + r)),
+                     dlb = _mm256_mul_ps(d, bytes_s8(w + 32 * g + 16 + r));
         for (int c = 0; c < C; c++) {
             const char *xr = x + c * xs;
             __m256i sa, sbb;
@@ -159,25 +212,31 @@ INLINE void store8(float *out, int rows, __m256 v) {
 }
 
 /* Halves [h0, h0 + H) of one group (rows of it valid) times C columns, every super-block. */
-INLINE void halves(int type, int H, int h0, int C, int64_t k, const unsigned char *w, const char *x, size_t xs,
-                   float *out, size_t os, int64_t rows) {
+INLINE void halves(int type, int H, int h0, int C, int64_t k, const unsigned char *w, const char *x,
+                   size_t xs, float *out, size_t os, int64_t rows) {
     const int64_t bytes = type == KILN_TYPE_Q4_K ? Q4K_BYTES : Q6K_BYTES;
     __m256 acc[2][CMAX];
     for (int h = 0; h < H; h++)
-        for (int c = 0; c < C; c++) acc[h][c] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < k / KILN_QK_K; sb++)
-        for (int g = 0; g < 8; g++) {
-            if (type == KILN_TYPE_Q4_K) q4_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
-            else q6_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
+        for (int c = 0; c < C; c++)
+            acc[h][c] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < k / KILN_QK_K; sb++) {
+        if (type == KILN_TYPE_Q4_K) {
+            q4_k_super(H, h0, C, w + sb * bytes, sb, k, x, xs, acc);
+            continue;
         }
+        for (int g = 0; g < 8; g++)
+            q6_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
+    }
     for (int h = 0; h < H; h++)
-        for (int c = 0; c < C; c++) store8(out + c * os + 8 * (h0 + h), (int)(rows - 8 * (h0 + h)), acc[h][c]);
+        for (int c = 0; c < C; c++)
+            store8(out + c * os + 8 * (h0 + h), (int)(rows - 8 * (h0 + h)), acc[h][c]);
 }
 
-#define HALF_CASE(n) case n: halves(type, 1, h, n, k, wg, xc, xs, o, os, rows); break;
+#define HALF_CASE(n)                                                                                         \
+    case n: halves(type, 1, h, n, k, wg, xc, xs, o, os, rows); break;
 
-INLINE void packed(int type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
-                   float *out, size_t os) {
+INLINE void packed(int type, int64_t k, const void *w, size_t ws, int64_t nr, const void *x, size_t xs,
+                   int64_t nc, float *out, size_t os) {
     for (int64_t g = 0; g * 16 < nr; g++) {
         const unsigned char *wg = (const unsigned char *)w + g * ws;
         int64_t rows = nr - g * 16 < 16 ? nr - g * 16 : 16;
@@ -185,11 +244,12 @@ INLINE void packed(int type, int64_t k, const void *w, size_t ws, int64_t nr, co
             halves(type, 2, 0, 1, k, wg, x, xs, out + g * 16, os, rows);
             continue;
         }
+        const int cmax = type == KILN_TYPE_Q4_K ? Q4K_CMAX : CMAX;
         for (int h = 0; h < 2 && 8 * h < rows; h++)
-            for (int64_t c0 = 0; c0 < nc; c0 += CMAX) {
+            for (int64_t c0 = 0; c0 < nc; c0 += cmax) {
                 const char *xc = (const char *)x + c0 * xs;
                 float *o = out + c0 * os + g * 16;
-                switch (nc - c0 < CMAX ? (int)(nc - c0) : CMAX) {
+                switch (nc - c0 < cmax ? (int)(nc - c0) : cmax) {
                     HALF_CASE(4) HALF_CASE(3) HALF_CASE(2) HALF_CASE(1)
                 }
             }
@@ -212,5 +272,7 @@ void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t) {
 }
 
 #else
-void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t) { (void)t; }
+void kiln__cpu_isa_init_avx2_packed_kquants(kiln_cpu_isa *t) {
+    (void)t;
+}
 #endif

@@ -1,8 +1,9 @@
 #version 450
 // quantize_q8.comp - the activation x [K, M, B2, B3] (rows contiguous) as the CPU's q8 rows
 // (kiln__q8_quantize_ref, kernels_mm_ref.c), once per matmul node, for mul_mv.comp and mul_mm.comp to read.
-// Per 32-block: amax over |x| (NaN ignored), d = amax / 127 and id = 1 / d, each correctly rounded as the
-// CPU divides, q = round half to even of clamp(x * id, -127, 127) (NaN to -127, as the CPU's fmaxf), s = the
+// Per 32-block: amax over |x| of the span holding the block (NaN ignored): the block itself, or for Q4_K
+// weights its 256-element super-block (span 256: the CPU's super-block q8 rows, kiln__q8_quantize_sb_ref,
+// llama.cpp's q8_K), d = amax / 127 and id = 1 / d, each correctly rounded as the CPU divides, q = round half to even of clamp(x * id, -127, 127) (NaN to -127, as the CPU's fmaxf), s = the
 // sum of q. Column c's row starts at word c * K * 5 / 16 of the destination: K int8 quants (4 to a word,
 // the first lowest), K / 32 float d, K / 32 int s. One invocation per block.
 #include "common.glsl"
@@ -12,7 +13,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform P {
     uint off_x, off_q, K, M;
     uint B2, B3, x_nb1, x_nb2;
-    uint x_nb3;
+    uint x_nb3, span;
 } p;
 
 // a / b correctly rounded for a >= 0, b > 0 (the driver may divide as a * (1 / b)): the quotient's
@@ -32,9 +33,10 @@ void main() {
     uint m = col % p.M, b2 = (col / p.M) % p.B2, b3 = col / (p.M * p.B2);
     uint xb = p.off_x + m * p.x_nb1 + b2 * p.x_nb2 + b3 * p.x_nb3 + 32u * blk;
     uint row = p.off_q + col * (p.K / 4u + 2u * nb);
+    uint x0 = xb - 32u * blk + (32u * blk / p.span) * p.span;
     float amax = 0.0;
-    for (uint j = 0u; j < 32u; j++) {
-        float a = abs(x[xb + j]);
+    for (uint j = 0u; j < p.span; j++) {
+        float a = abs(x[x0 + j]);
         amax = a > amax ? a : amax;
     }
     float d = div_rn(amax, 127.0), id = d != 0.0 ? div_rn(1.0, d) : 0.0;
