@@ -101,7 +101,7 @@ void kiln__cpu_softmax_row(float *x, int64_t n);
 
 #define KILN_Q8_BLOCK 32
 
-/* Super-block q8 rows, the activations of Q4_K weights at every level and on the Vulkan backend
+/* Super-block q8 rows, the activations of Q4_K and Q6_K weights at every level and on the Vulkan backend
  * (kiln_cpu_isa.q8_superblock, set by the reference level and inherited): the same layout, but quantized
  * with one scale per 256 elements (max|x| of the 256 / 127, then round-to-nearest-even of x / d per
  * element, as llama.cpp's q8_K for its K-quant dots), so the 8 scales d of each super-block are equal and
@@ -149,7 +149,7 @@ typedef struct kiln_cpu_isa {
     void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even; subnormals to zero */
     void (*quantize_q8)(const float *x, void *row, int64_t k);
     void (*quantize_q8_sb)(const float *x, void *row, int64_t k); /* super-block q8 rows (above) */
-    /* The weight types whose activations are super-block q8 rows (above): Q4_K at every level. A tile of
+    /* The weight types whose activations are super-block q8 rows (above): Q4_K and Q6_K. A tile of
      * such a type may read one scale per super-block. */
     bool q8_superblock[KILN_TYPE_COUNT];
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);

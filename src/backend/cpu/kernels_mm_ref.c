@@ -195,6 +195,7 @@ void kiln__cpu_isa_init_ref(kiln_cpu_isa *t) {
     t->quantize_q8_sb = kiln__q8_quantize_sb_ref;
     for (int i = 0; i < KILN_TYPE_COUNT; i++) t->q8_superblock[i] = false;
     t->q8_superblock[KILN_TYPE_Q4_K] = true; /* llama.cpp's q8_K for its K-quant dots; every level inherits it */
+    t->q8_superblock[KILN_TYPE_Q6_K] = true;
     t->f32_to_bf16 = f32_to_bf16;
     t->bf16_prefill = false;
     t->f16_to_f32 = f16_to_f32;

@@ -449,8 +449,9 @@ static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk
     uint64_t blocks = (uint64_t)(x->ne[0] / 32) * (uint64_t)(x->ne[1] * x->ne[2] * x->ne[3]);
     if ((s = bind_all(c, ts, b)) || (s = kiln__vk_bind_scratch(c, kiln__vk_scratch_bytes(c, n), &b[3])))
         return s;
-    /* Q4_K's activations have one scale per 256-element super-block, as on the CPU (kernels.h). */
-    uint32_t span = n->src[0]->type == KILN_TYPE_Q4_K ? 256u : 32u;
+    /* K-quants' activations have one scale per 256-element super-block, as on the CPU (kernels.h). */
+    kiln_type wt = n->src[0]->type;
+    uint32_t span = wt == KILN_TYPE_Q4_K || wt == KILN_TYPE_Q6_K ? 256u : 32u;
     uint32_t pc[10] = {b[0].rem / 4,       b[3].rem / 4,       (uint32_t)x->ne[0], (uint32_t)x->ne[1],
                        (uint32_t)x->ne[2], (uint32_t)x->ne[3], el(x->nb[1]),       el(x->nb[2]),
                        el(x->nb[3]),       span};

@@ -14,9 +14,11 @@
  *         same integers. The float work per 32-block that per-block scales need (a conversion and three
  *         multiplies per 8 rows and column) was a fifth of the tile's instructions.
  *   Q6_K  quants q + 32 (0..63): pair sums at most 16002, so two products add in int16 before each
- *         vpmaddwd; the block's two 16-element sub-blocks (scales sc_a, sc_b) keep separate sums I_a, I_b,
- *         from which 32 times the sub-block's activation sum is taken (exact integers), then
- *         dx * (dl_a * I_a + dl_b * I_b).
+ *         vpmaddwd, which multiplies them by the 16-element sub-block's int8 scale (|sc| <= 128: at most
+ *         8.2e6 per step, 2.6e8 per super-block); the +32 comes off once per super-block as 32 sum_j sc_j
+ *         S_j (S_j the sub-block's activation sum, 8 vpmaddwd), then one float step (d * dx) * (I - 32 O)
+ *         on the same super-block q8 rows. Per 32-block this replaced two half sums, two conversions and
+ *         three float multiplies per 8 rows and column.
  * Prefill takes each 8-row half of a group against up to CMAX columns (each weight vector unpacked once
  * for all of them); decode walks both halves of a group together, reading its bytes once, in order. The
  * per-(row, column) instruction sequence is the same either way. A partial last group (zero rows) stores
@@ -143,59 +145,86 @@ INLINE __m256i top_bits(__m256i qh, int j) {
     return _mm256_and_si256(_mm256_srli_epi16(qh, 2), m);
 }
 
-/* 32 times the sums of activation quants 0-15 and 16-31 of q8 block b, each in all 8 lanes: the first from
- * the block's low 16 bytes in 128-bit registers (Zen 1 splits a 256-bit lane-crossing shuffle into up to 8
- * micro-ops), the second as 32 times the block sum the q8 row keeps (kiln__q8_row_s) less the first. */
-INLINE void half_sums(const char *xr, int64_t k, int64_t b, __m256i *a, __m256i *bb) {
-    const __m128i xq = _mm_loadu_si128((const __m128i *)(const void *)(xr + 32 * b));
-    __m128i s = _mm_madd_epi16(_mm_maddubs_epi16(_mm_set1_epi8(32), xq), _mm_set1_epi16(1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    const int32_t lo = _mm_cvtsi128_si32(s);
-    *a = _mm256_set1_epi32(lo);
-    *bb = _mm256_set1_epi32(32 * kiln__q8_row_s(xr, k)[b] - lo);
+/* The 8 per-row signed bytes at p (rows of one half) as int16 lanes, each twice, as row_pairs. */
+INLINE __m256i row_pairs_signed(const unsigned char *p) {
+    const __m128i v = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(v, v)), _mm_unpackhi_epi16(v, v),
+                                   1);
 }
 
-INLINE void q6_k_block(int H, int h0, int C, const unsigned char *w, int64_t sb, int g, int64_t k,
-                       const char *x, size_t xs, __m256 (*acc)[CMAX]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    const int64_t b = sb * 8 + g;
-    const unsigned char *q = w + 320 + 384 * g;
-    __m256i ia[2][CMAX], ib[2][CMAX];
+/* The sum of activation quants 0-15 of q8 block b (in 128-bit registers: Zen 1 splits a 256-bit
+ * lane-crossing shuffle into up to 8 micro-ops); 16-31 sum to the block sum less it. */
+INLINE int32_t low_half_sum(const char *xr, int64_t b) {
+    const __m128i xq = _mm_loadu_si128((const __m128i *)(const void *)(xr + 32 * b));
+    __m128i s = _mm_madd_epi16(_mm_maddubs_epi16(_mm_set1_epi8(1), xq), _mm_set1_epi16(1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Super-block sb of a Q6_K group (w at its first byte), halves [h0, h0 + H), C columns of super-block q8
+ * rows. Each 16-element sub-block's pair sums meet its int8 scale in vpmaddwd and add in int32 with the
+ * rest of the super-block; the +32 of the stored quants comes off once per super-block as 32 * sum_j sc_j
+ * S_j (S_j the sub-block's activation sum, |S_j| <= 2032), then one float step: (d * dx) * (I - 32 O). */
+INLINE void q6_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb, int64_t k, const char *x,
+                       size_t xs, __m256 (*acc)[CMAX]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i iacc[2][CMAX], sp[CMAX][8];
     for (int h = 0; h < H; h++)
         for (int c = 0; c < C; c++)
-            ia[h][c] = ib[h][c] = _mm256_setzero_si256();
-    for (int j = 0; j < 4; j += 2)
-        for (int h = 0; h < H; h++) {
-            const __m256i qh0 = load32(q + 256 + 32 * (h0 + h)), qh1 = load32(q + 320 + 32 * (h0 + h));
-            __m256i qv0 = load32(q + 64 * j + 32 * (h0 + h)), qv1 = load32(q + 64 * (j + 1) + 32 * (h0 + h));
-            __m256i a0 = _mm256_or_si256(_mm256_and_si256(qv0, low4), top_bits(qh0, j));
-            __m256i a1 = _mm256_or_si256(_mm256_and_si256(qv1, low4), top_bits(qh0, j + 1));
-            __m256i b0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv0, 4), low4), top_bits(qh1, j));
-            __m256i b1 =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
-            for (int c = 0; c < C; c++) {
-                const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
-                __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast4(xb + 4 * j)),
-                                              _mm256_maddubs_epi16(a1, bcast4(xb + 4 * j + 4)));
-                __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(b0, bcast4(xb + 16 + 4 * j)),
-                                              _mm256_maddubs_epi16(b1, bcast4(xb + 16 + 4 * j + 4)));
-                ia[h][c] = _mm256_add_epi32(ia[h][c], _mm256_madd_epi16(pa, ones));
-                ib[h][c] = _mm256_add_epi32(ib[h][c], _mm256_madd_epi16(pb, ones));
+            iacc[h][c] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+        const unsigned char *q = w + 320 + 384 * g;
+        const int64_t b = sb * 8 + g;
+        for (int j = 0; j < 4; j += 2)
+            for (int h = 0; h < H; h++) {
+                const __m256i qh0 = load32(q + 256 + 32 * (h0 + h)), qh1 = load32(q + 320 + 32 * (h0 + h));
+                __m256i qv0 = load32(q + 64 * j + 32 * (h0 + h)),
+                        qv1 = load32(q + 64 * (j + 1) + 32 * (h0 + h));
+                __m256i a0 = _mm256_or_si256(_mm256_and_si256(qv0, low4), top_bits(qh0, j));
+                __m256i a1 = _mm256_or_si256(_mm256_and_si256(qv1, low4), top_bits(qh0, j + 1));
+                __m256i b0 =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv0, 4), low4), top_bits(qh1, j));
+                __m256i b1 =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
+                const __m256i sca = row_pairs_signed(w + 32 * g + 8 * (h0 + h));
+                const __m256i scb = row_pairs_signed(w + 32 * g + 16 + 8 * (h0 + h));
+                for (int c = 0; c < C; c++) {
+                    const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
+                    __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast4(xb + 4 * j)),
+                                                  _mm256_maddubs_epi16(a1, bcast4(xb + 4 * j + 4)));
+                    __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(b0, bcast4(xb + 16 + 4 * j)),
+                                                  _mm256_maddubs_epi16(b1, bcast4(xb + 16 + 4 * j + 4)));
+                    iacc[h][c] = _mm256_add_epi32(
+                        iacc[h][c], _mm256_add_epi32(_mm256_madd_epi16(pa, sca), _mm256_madd_epi16(pb, scb)));
+                }
             }
+    }
+    for (int c = 0; c < C; c++) { /* (S_a, S_b) of each block, an int16 pair in every lane pair */
+        const char *xr = x + c * xs;
+        for (int g = 0; g < 8; g++) {
+            const int64_t b = sb * 8 + g;
+            const int32_t lo = low_half_sum(xr, b), hi = kiln__q8_row_s(xr, k)[b] - lo;
+            sp[c][g] = _mm256_set1_epi32((int32_t)(((uint32_t)lo & 0xffffu) | ((uint32_t)hi << 16)));
         }
+    }
     for (int h = 0; h < H; h++) {
         const int r = 8 * (h0 + h);
         const __m256 d = halves8(w + 256 + 2 * r);
-        const __m256 dla = _mm256_mul_ps(d, bytes_s8(w + 32 * g + r)),
-                     dlb = _mm256_mul_ps(d, bytes_s8(w + 32 * g + 16 + r));
+        __m256i off[CMAX];
+        for (int c = 0; c < C; c++)
+            off[c] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            const __m128i a = _mm_loadl_epi64((const __m128i *)(const void *)(w + 32 * g + r));
+            const __m128i bb = _mm_loadl_epi64((const __m128i *)(const void *)(w + 32 * g + 16 + r));
+            const __m256i scp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, bb)); /* [r: sc_a, sc_b] */
+            for (int c = 0; c < C; c++)
+                off[c] = _mm256_add_epi32(off[c], _mm256_madd_epi16(scp, sp[c][g]));
+        }
         for (int c = 0; c < C; c++) {
-            const char *xr = x + c * xs;
-            __m256i sa, sbb;
-            half_sums(xr, k, b, &sa, &sbb);
-            __m256 ta = _mm256_mul_ps(dla, _mm256_cvtepi32_ps(_mm256_sub_epi32(ia[h][c], sa)));
-            __m256 t = _mm256_fmadd_ps(dlb, _mm256_cvtepi32_ps(_mm256_sub_epi32(ib[h][c], sbb)), ta);
-            acc[h][c] = _mm256_fmadd_ps(t, _mm256_set1_ps(kiln__q8_row_d(xr, k)[b]), acc[h][c]);
+            const __m256 dx = _mm256_set1_ps(kiln__q8_row_d(x + c * xs, k)[sb * 8]);
+            const __m256i i = _mm256_sub_epi32(iacc[h][c], _mm256_slli_epi32(off[c], 5));
+            acc[h][c] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i), acc[h][c]);
         }
     }
 }
@@ -220,12 +249,10 @@ INLINE void halves(int type, int H, int h0, int C, int64_t k, const unsigned cha
         for (int c = 0; c < C; c++)
             acc[h][c] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < k / KILN_QK_K; sb++) {
-        if (type == KILN_TYPE_Q4_K) {
+        if (type == KILN_TYPE_Q4_K)
             q4_k_super(H, h0, C, w + sb * bytes, sb, k, x, xs, acc);
-            continue;
-        }
-        for (int g = 0; g < 8; g++)
-            q6_k_block(H, h0, C, w + sb * bytes, sb, g, k, x, xs, acc);
+        else
+            q6_k_super(H, h0, C, w + sb * bytes, sb, k, x, xs, acc);
     }
     for (int h = 0; h < H; h++)
         for (int c = 0; c < C; c++)

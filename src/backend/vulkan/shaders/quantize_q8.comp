@@ -2,7 +2,7 @@
 // quantize_q8.comp - the activation x [K, M, B2, B3] (rows contiguous) as the CPU's q8 rows
 // (kiln__q8_quantize_ref, kernels_mm_ref.c), once per matmul node, for mul_mv.comp and mul_mm.comp to read.
 // Per 32-block: amax over |x| of the span holding the block (NaN ignored): the block itself, or for Q4_K
-// weights its 256-element super-block (span 256: the CPU's super-block q8 rows, kiln__q8_quantize_sb_ref,
+// and Q6_K weights its 256-element super-block (span 256: the CPU's super-block q8 rows, kiln__q8_quantize_sb_ref,
 // llama.cpp's q8_K), d = amax / 127 and id = 1 / d, each correctly rounded as the CPU divides, q = round half to even of clamp(x * id, -127, 127) (NaN to -127, as the CPU's fmaxf), s = the
 // sum of q. Column c's row starts at word c * K * 5 / 16 of the destination: K int8 quants (4 to a word,
 // the first lowest), K / 32 float d, K / 32 int s. One invocation per block.
