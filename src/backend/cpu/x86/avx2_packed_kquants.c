@@ -51,13 +51,7 @@ INLINE __m256i load32(const unsigned char *p) {
     return _mm256_loadu_si256((const __m256i *)(const void *)p);
 }
 
-/* 8 per-row bytes at p as floats, unsigned (Q4_K) or signed (Q6_K); 8 half floats at p as floats. */
-INLINE __m256 bytes_u8(const unsigned char *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
-}
-INLINE __m256 bytes_s8(const unsigned char *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
-}
+/* 8 half floats at p as floats. */
 INLINE __m256 halves8(const unsigned char *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
