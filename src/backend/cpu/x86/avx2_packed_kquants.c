@@ -170,6 +170,11 @@ INLINE void q6_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb,
     for (int g = 0; g < 8; g++) {
         const unsigned char *q = w + 320 + 384 * g;
         const int64_t b = sb * 8 + g;
+        __m256i sca[2], scb[2]; /* the block's two sub-block scales, per half */
+        for (int h = 0; h < H; h++) {
+            sca[h] = row_pairs_signed(w + 32 * g + 8 * (h0 + h));
+            scb[h] = row_pairs_signed(w + 32 * g + 16 + 8 * (h0 + h));
+        }
         for (int j = 0; j < 4; j += 2)
             for (int h = 0; h < H; h++) {
                 const __m256i qh0 = load32(q + 256 + 32 * (h0 + h)), qh1 = load32(q + 320 + 32 * (h0 + h));
@@ -181,16 +186,15 @@ INLINE void q6_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb,
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv0, 4), low4), top_bits(qh1, j));
                 __m256i b1 =
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv1, 4), low4), top_bits(qh1, j + 1));
-                const __m256i sca = row_pairs_signed(w + 32 * g + 8 * (h0 + h));
-                const __m256i scb = row_pairs_signed(w + 32 * g + 16 + 8 * (h0 + h));
                 for (int c = 0; c < C; c++) {
                     const char *xb = x + c * xs + b * KILN_Q8_BLOCK;
                     __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast4(xb + 4 * j)),
                                                   _mm256_maddubs_epi16(a1, bcast4(xb + 4 * j + 4)));
                     __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(b0, bcast4(xb + 16 + 4 * j)),
                                                   _mm256_maddubs_epi16(b1, bcast4(xb + 16 + 4 * j + 4)));
-                    iacc[h][c] = _mm256_add_epi32(
-                        iacc[h][c], _mm256_add_epi32(_mm256_madd_epi16(pa, sca), _mm256_madd_epi16(pb, scb)));
+                    iacc[h][c] =
+                        _mm256_add_epi32(iacc[h][c], _mm256_add_epi32(_mm256_madd_epi16(pa, sca[h]),
+                                                                      _mm256_madd_epi16(pb, scb[h])));
                 }
             }
     }
