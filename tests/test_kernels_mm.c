@@ -131,23 +131,35 @@ static void every_level_matches_the_reference_tiles_for_every_weight_type_and_od
            kiln__cpu_level_name(kiln__cpu_max_level()), kiln__cpu_features()->asimddp ? ", with sdot" : "");
 }
 
+/* Trial t's 1024 activations for the quantizer tests: random, scaled by 1, 51, 101 or 1e-30. */
+static void quantizer_trial(float *x, int trial, uint64_t seed) {
+    fill_random(x, 1024, seed + (uint64_t)trial);
+    for (int i = 0; i < 1024; i++) x[i] *= trial == 3 ? 1e-30f : (float)(1 + trial * 50);
+}
+
+/* Every SIMD level's per-block (sb false) or super-block q8 row of x has the bytes want. */
+static void levels_quantize_to(const float *x, const unsigned char *want, bool sb) {
+    static unsigned char got[2048];
+    for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
+        if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
+        const kiln_cpu_isa *isa = kiln__cpu_isa_for((kiln_cpu_level)l);
+        memset(got, 0, sizeof got);
+        (sb ? isa->quantize_q8_sb : isa->quantize_q8)(x, got, 1024);
+        CHECK(memcmp(got, want, kiln__q8_row_bytes(1024) - 64) == 0);
+    }
+}
+
 static void every_level_quantizes_activations_to_the_same_bytes_as_the_reference(void) {
     static float x[1024];
-    static unsigned char want[2048], got[2048];
+    static unsigned char want[2048];
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     for (int trial = 0; trial < 4; trial++) {
-        fill_random(x, 1024, 77 + (uint64_t)trial);
-        for (int i = 0; i < 1024; i++) x[i] *= trial == 3 ? 1e-30f : (float)(1 + trial * 50);
+        quantizer_trial(x, trial, 77);
         memset(x + 64, 0, 32 * sizeof(float)); /* an all-zero block gets d = 0 and zero quants */
         x[5] = 127.0f * 3.5f / 127.0f;         /* exact halves exercise round-to-even */
         ref->quantize_q8(x, want, 1024);
         CHECK(kiln__q8_row_d(want, 1024)[2] == 0.0f);
-        for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
-            if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
-            memset(got, 0, sizeof got);
-            kiln__cpu_isa_for((kiln_cpu_level)l)->quantize_q8(x, got, 1024);
-            CHECK(memcmp(got, want, kiln__q8_row_bytes(1024) - 64) == 0);
-        }
+        levels_quantize_to(x, want, false);
     }
 }
 
@@ -230,11 +242,10 @@ static void q8_rows_follow_the_documented_layout(void) {
  * bytes, on the inputs of the per-block quantizer's test. */
 static void super_block_q8_rows_share_one_scale_per_256_on_every_level(void) {
     static float x[1024];
-    static unsigned char want[2048], got[2048];
+    static unsigned char want[2048];
     const kiln_cpu_isa *ref = kiln__cpu_isa_for(KILN_CPU_REF);
     for (int trial = 0; trial < 4; trial++) {
-        fill_random(x, 1024, 177 + (uint64_t)trial);
-        for (int i = 0; i < 1024; i++) x[i] *= trial == 3 ? 1e-30f : (float)(1 + trial * 50);
+        quantizer_trial(x, trial, 177);
         memset(x + 256, 0, 256 * sizeof(float)); /* an all-zero super-block gets d = 0 and zero quants */
         x[5] = 3.5f * 2.0f;                      /* x[5] / d is 3.5 when the super-block's max is 254 */
         x[6] = trial == 0 ? 254.0f : x[6];
@@ -255,12 +266,7 @@ static void super_block_q8_rows_share_one_scale_per_256_on_every_level(void) {
             }
         }
         if (trial == 0) CHECK_EQ_INT(((int8_t *)want)[5], 4); /* 3.5 rounds to even */
-        for (int l = KILN_CPU_REF + 1; l < KILN_CPU_LEVEL_COUNT; l++) {
-            if (!kiln__cpu_level_supported((kiln_cpu_level)l)) continue;
-            memset(got, 0, sizeof got);
-            kiln__cpu_isa_for((kiln_cpu_level)l)->quantize_q8_sb(x, got, 1024);
-            CHECK(memcmp(got, want, kiln__q8_row_bytes(1024) - 64) == 0);
-        }
+        levels_quantize_to(x, want, true);
     }
 }
 
