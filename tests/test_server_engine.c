@@ -359,7 +359,7 @@ static void count_draft_failures(void *user, const char *line) {
  * draft (its guesses are kept: a lone request needs fewer steps than tokens) and with a Q4_0 copy of it
  * (some guesses rejected, so the draft's cells are rolled back: a draft sequence out of step with its
  * choice would fail the draft's next batch, which the engine logs); afterwards neither context holds a
- * cell. A draft of another vocabulary is refused by name. */
+ * cell. A draft of another vocabulary, and more guesses a step than KS_DRAFT_MAX, are refused by name. */
 static void a_draft_model_gives_the_plain_greedy_tokens_in_shared_batches(void) {
     enum { N_REQ = 5, MAX = 40 };
     const char *q4_path = KILN_TEST_TMP "/engine_draft_q4_0.gguf";
@@ -428,6 +428,10 @@ static void a_draft_model_gives_the_plain_greedy_tokens_in_shared_batches(void) 
     p.draft_model = other;
     CHECK_STATUS(ks_engine_create(model, &p, &e), KILN_E_INVALID_ARG);
     CHECK(e == NULL && strstr(kiln_last_error(), "draft model's vocabulary"));
+    p.draft_model = model;
+    p.draft_max = 65; /* one past KS_DRAFT_MAX */
+    CHECK_STATUS(ks_engine_create(model, &p, &e), KILN_E_INVALID_ARG);
+    CHECK(e == NULL && strstr(kiln_last_error(), "draft_max 65 is outside 0 .. 64"));
     kiln_model_destroy(other);
     kiln_model_destroy(q4);
     remove(q4_path);
