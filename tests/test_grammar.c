@@ -193,6 +193,21 @@ static void refuses_runaway_ambiguity_by_name(void) {
     free(text);
 }
 
+/* Thirty nullable references in a row, each with two ways to match nothing, reach the "a" or "b" after
+ * them along 2^30 paths; the matcher expands each reference once per stack below it, so such grammars
+ * (a JSON object of many optional fields compiles to one) match in a few steps per character. Without
+ * that memo the first character passes KG_MAX_STEPS and is refused as too ambiguous. */
+static void nullable_references_in_a_row_expand_once(void) {
+    kiln_grammar *g = parse("root ::= (\"a\" y{30})+ \"b\"\ny ::= \"c\"? | \"d\"?");
+    CHECK(sentence(g, "ab"));
+    CHECK(sentence(g, "acdcdcdacdb"));
+    CHECK(sentence(g, "accccccccccccccccccccccccccccccab")); /* 30 c's: every y used */
+    CHECK(!prefix(g, "acccccccccccccccccccccccccccccccb"));  /* 31 c's: one too many */
+    CHECK(!prefix(g, "acdx"));
+    CHECK(!sentence(g, "acd"));
+    kiln_grammar_destroy(g);
+}
+
 /* The mask equals accepting each token's text on a fresh copy of the state, for every token. */
 static void check_mask_against_per_token(const kiln_grammar *g, const kiln_grammar_vocab *gv,
                                          const kiln_vocab *vocab, const char *state_text) {
@@ -313,6 +328,7 @@ int main(void) {
     RUN(runs_llama_cpp_style_grammar_files);
     RUN(carries_partial_utf8_between_pieces);
     RUN(refuses_runaway_ambiguity_by_name);
+    RUN(nullable_references_in_a_row_expand_once);
     RUN(masks_equal_per_token_matching);
     RUN(the_sampler_draws_only_what_the_grammar_allows);
     return harness_finish();

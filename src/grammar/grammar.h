@@ -26,10 +26,12 @@
 #define KG_MAX_REPEAT 1000u        /* m and n of x{m,n} */
 #define KG_MAX_TEXT (4u << 20)     /* bytes of grammar text */
 #define KG_MAX_DEPTH 1024u         /* positions on one parse stack while matching */
+#define KG_MEMO_MAX (1u << 16)     /* prefixes and expansions the memo of one set holds (then it stops) */
 #define KG_MAX_STACKS 4096u        /* parse stacks alive at once while matching */
-#define KG_MAX_STEPS (1u << 20)    /* expansion steps to match one character: nested nullable groups can
-                                    * make the expansion exponential in the nesting (a 664-byte grammar
-                                    * found by fuzz_grammar took a minute), so the work is bounded */
+#define KG_MAX_STEPS                                                                                         \
+    (1u << 20) /* expansion steps to match one character: nested nullable groups can                         \
+                * make the expansion exponential in the nesting (a 664-byte grammar                          \
+                * found by fuzz_grammar took a minute), so the work is bounded */
 
 typedef enum kg_type {
     KG_END = 0,       /* end of a rule */
@@ -70,7 +72,8 @@ bool kiln__grammar_match_char(const kg_elem *elems, uint32_t pos, uint32_t cp, u
 bool kiln__grammar_match_range(const kg_elem *elems, uint32_t pos, uint32_t lo, uint32_t hi);
 
 /* A set of parse stacks lives in a kg_work arena as consecutive records [n, pos_0 .. pos_{n-1}] (bottom
- * first, the top last) between start and end; count stacks; an empty stack (n = 0) means "accepting". */
+ * first, the top last) between start and end; count stacks, distinct, in a canonical order (so equal sets
+ * have equal records); an empty stack (n = 0) means "accepting". */
 typedef struct kg_set {
     size_t start, end;
     uint32_t count;
@@ -90,8 +93,18 @@ typedef struct kg_work {
     uint32_t n_slots, gen;
     size_t building; /* where the set being built starts */
     uint32_t building_count;
-    uint32_t steps; /* expansion steps of the set being built (KG_MAX_STEPS) */
-    kiln_status st; /* sticky: out of memory, or a limit of grammar.h passed */
+    uint32_t steps;         /* expansion steps of the set being built (KG_MAX_STEPS) */
+    kiln_status st;         /* sticky: out of memory, or a limit of grammar.h passed */
+    struct kg_order *order; /* (order_cap) scratch for sorting a finished set */
+    uint32_t order_cap;
+    /* The expansion memo of the set being built (stacks.c): pid[i] names the prefix path[0..i), interned
+     * as (pid[i - 1], path[i - 1]) in an open-addressing table that also records which (prefix, rule
+     * reference) pairs were expanded. */
+    uint32_t *pid; /* (KG_MAX_DEPTH + 1) valid for i <= pid_valid */
+    uint32_t pid_valid;
+    uint64_t *memo_key;           /* (memo_slots) */
+    uint32_t *memo_id, *memo_gen; /* (memo_slots) */
+    uint32_t memo_slots, memo_count, memo_cur;
 } kg_work;
 
 kiln_status kiln__kg_work_init(kg_work *w, const kiln_grammar *g);
@@ -104,7 +117,7 @@ kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *
 bool kiln__kg_can_match_range(const kg_work *w, const kg_set *s, uint32_t lo, uint32_t hi);
 bool kiln__kg_records_match_range(const kiln_grammar *g, const uint32_t *recs, size_t len, uint32_t lo,
                                   uint32_t hi);
-/* An order-independent hash of the set's stacks, and set equality. */
+/* A hash of the set's stacks (the same for any order), and set equality (a comparison of records). */
 uint64_t kiln__kg_hash(const kg_work *w, const kg_set *s);
 bool kiln__kg_equal(const kg_work *w, const kg_set *a, const uint32_t *b_data, size_t b_len,
                     uint32_t b_count);
