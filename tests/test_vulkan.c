@@ -16,7 +16,10 @@
 #include "harness.h"
 
 #include "backend/backend.h"
+#include "backend/vulkan/vk_hazard.h"
 #include "graph/graph.h"
+#include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/sched.h"
 
 #include <math.h>
@@ -387,6 +390,135 @@ done:
     kiln__graph_destroy(g);
     kiln__backend_destroy(vk);
     kiln__backend_destroy(cpu);
+}
+
+/* ---- Barriers only between dependent dispatches (vk_hazard.h; no device needed) ---- */
+
+static kiln_vk_range rng(uint64_t buffer, uint64_t lo, uint64_t hi) {
+    return (kiln_vk_range){buffer, lo, hi};
+}
+
+/* Whether a dispatch reading r0 (and r1 when r1.hi > r1.lo) and writing w must wait. */
+static bool waits(kiln_vk_hazards *h, kiln_vk_range r0, kiln_vk_range r1, kiln_vk_range w) {
+    kiln_vk_range r[2] = {r0, r1};
+    return kiln__vk_hazards_add(h, r, 2, &w, 1);
+}
+
+static void a_dispatch_waits_only_for_what_it_reads_or_overwrites(void) {
+    kiln_vk_hazards h;
+    kiln_vk_range none = rng(1, 0, 0), x = rng(1, 0, 256), a = rng(1, 256, 512), b = rng(1, 512, 768);
+    kiln__vk_hazards_clear(&h);
+    CHECK(!waits(&h, x, rng(2, 0, 4096), a)); /* a = W1 x */
+    CHECK(!waits(&h, x, rng(2, 4096, 8192), b)); /* b = W2 x: reads what the first read, writes elsewhere */
+    CHECK(waits(&h, a, b, rng(1, 768, 1024)));   /* read after write */
+    /* After the barrier only the last dispatch is pending: reading a (written before it) is free. */
+    CHECK(!waits(&h, a, none, rng(3, 0, 64)));
+    CHECK(waits(&h, rng(1, 1000, 1004), none, rng(3, 64, 128))); /* reads a byte the last one wrote */
+    kiln__vk_hazards_clear(&h);
+    CHECK(!waits(&h, x, none, a));
+    CHECK(waits(&h, b, none, rng(1, 200, 300))); /* write after read (x's end) and after write (a's start) */
+    kiln__vk_hazards_clear(&h);
+    CHECK(!waits(&h, x, none, a));
+    CHECK(waits(&h, b, none, rng(1, 300, 400))); /* write after write */
+    kiln__vk_hazards_clear(&h);
+    CHECK(!waits(&h, x, none, a));
+    CHECK(!waits(&h, rng(1, 512, 600), none, rng(2, 256, 512))); /* same bytes of another buffer */
+    CHECK(!waits(&h, rng(1, 512, 600), none, rng(1, 600, 700))); /* ranges that only touch */
+    CHECK(!waits(&h, x, rng(1, 256, 256), rng(4, 0, 8)));        /* an empty range is no access */
+    /* Beyond the ranges tracked, a dispatch waits even when independent. */
+    kiln__vk_hazards_clear(&h);
+    int first_wait = -1;
+    for (int i = 0; i < KILN_VK_HAZARD_RANGES + 1 && first_wait < 0; i++)
+        if (waits(&h, rng(5, 0, 64), none, rng(6, (uint64_t)i * 64, (uint64_t)i * 64 + 64))) first_wait = i;
+    CHECK_EQ_INT(first_wait, KILN_VK_HAZARD_RANGES);
+}
+
+/* Two matmuls of one activation and their sum: three dispatches, one barrier (before the sum; the second
+ * matmul does not wait for the first), and the right values on the device. */
+static void independent_matmuls_share_one_barrier(void) {
+    enum { K = 64, NR = 32 };
+    static float w1[K * NR], w2[K * NR], x[K];
+    kiln_backend *vk = NULL, *cpu = NULL;
+    kiln_graph *g = NULL;
+    kiln_sched *s = NULL;
+    kiln_sched_plan *p = NULL;
+    kiln_buffer arenas[2] = {{0}};
+    uint64_t d0 = 0, b0 = 0, d1 = 0, b1 = 0;
+    if (skip()) return;
+    for (int i = 0; i < K * NR; i++) {
+        w1[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+        w2[i] = (float)((i * 13) % 7) / 7.0f - 0.5f;
+    }
+    for (int k = 0; k < K; k++)
+        x[k] = (float)(k % 9) / 9.0f - 0.3f;
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu));
+    CHECK_OK(kiln__graph_create(16, &g));
+    if (!vk || !cpu || !g) goto done;
+    int64_t wne[2] = {K, NR}, xne[1] = {K};
+    kiln_tensor *xl = kiln__graph_leaf(g, "x", KILN_TYPE_F32, 1, xne, x, KILN_TENSOR_INPUT);
+    kiln_tensor *y =
+        kiln__add(g, kiln__matmul(g, kiln__graph_leaf(g, "w1", KILN_TYPE_F32, 2, wne, w1, KILN_TENSOR_WEIGHT), xl),
+                  kiln__matmul(g, kiln__graph_leaf(g, "w2", KILN_TYPE_F32, 2, wne, w2, KILN_TENSOR_WEIGHT), xl));
+    kiln__graph_set_output(g, y);
+    CHECK_OK(kiln__graph_order(g));
+    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+    CHECK_OK(kiln__sched_create(list, 2, &s));
+    CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
+    if (!p) goto done;
+    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
+    for (int b = 0; b < 2; b++)
+        if (kiln__sched_plan_arena_bytes(p, b))
+            CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    kiln__backend_vulkan_barriers(vk, &d0, &b0);
+    CHECK_OK(kiln__sched_compute(p));
+    kiln__backend_vulkan_barriers(vk, &d1, &b1);
+    CHECK_EQ_INT(d1 - d0, 3);
+    CHECK_EQ_INT(b1 - b0, 1);
+    const float *out = kiln__sched_plan_output(p, 0)->data;
+    int bad = 0;
+    for (int n = 0; n < NR; n++) {
+        float want = 0.0f;
+        for (int k = 0; k < K; k++)
+            want += (w1[n * K + k] + w2[n * K + k]) * x[k];
+        bad += fabsf(out[n] - want) > 1e-5f * (1.0f + fabsf(want));
+    }
+    CHECK_EQ_INT(bad, 0);
+done:
+    kiln__sched_plan_destroy(p);
+    kiln__sched_destroy(s);
+    for (int b = 0; b < 2; b++)
+        if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
+    kiln__graph_destroy(g);
+    kiln__backend_destroy(vk);
+    kiln__backend_destroy(cpu);
+}
+
+/* stories260K's decode step on the device: the barriers it records, fewer than its dispatches. */
+static void a_decode_step_waits_less_often_than_it_dispatches(void) {
+    kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    const float *logits = NULL;
+    int32_t prompt[3] = {1, 403, 407};
+    uint64_t d0 = 0, b0 = 0, d1 = 0, b1 = 0;
+    if (skip()) return;
+    kiln_model *m = load("vulkan");
+    p.n_ctx = 64;
+    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (!ctx) goto done;
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, 3, &logits));
+    kiln_backend *vk = m->engine->backends[0];
+    kiln__backend_vulkan_barriers(vk, &d0, &b0);
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits)); /* a new plan (one token): recorded */
+    kiln__backend_vulkan_barriers(vk, &d1, &b1);
+    printf("  one decode step: %llu dispatches, %llu barriers between them\n", (unsigned long long)(d1 - d0),
+           (unsigned long long)(b1 - b0));
+    CHECK(d1 - d0 > 0);
+    CHECK(b1 - b0 < d1 - d0);
+done:
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
 }
 
 /* ---- The pool's buckets and LRU ---- */
@@ -857,6 +989,9 @@ int main(void) {
     RUN(every_kind_of_view_reads_back_what_the_device_wrote);
     RUN(a_weight_over_the_binding_limit_is_bound_in_row_ranges);
     RUN(a_committed_range_is_recorded_once_and_replayed_with_new_inputs);
+    RUN(a_dispatch_waits_only_for_what_it_reads_or_overwrites);
+    RUN(independent_matmuls_share_one_barrier);
+    RUN(a_decode_step_waits_less_often_than_it_dispatches);
     RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);
     RUN(the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool);
     RUN(greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits);

@@ -14,6 +14,7 @@
 #include <vulkan/vulkan_core.h>
 
 #include "backend/backend.h"
+#include "backend/vulkan/vk_hazard.h"
 
 /* Every entry point the backend uses: X(name) for instance-level, D(name) for device-level. */
 #define KILN_VK_INSTANCE_FNS(X)                                                                              \
@@ -272,14 +273,17 @@ typedef struct kiln_vk_ctx {
     unsigned char *key;     /* the key of the range being computed (grows only) */
     size_t key_len, key_cap;
     uint64_t clock, n_recorded, n_replayed;
+    uint64_t n_dispatches, n_barriers; /* recorded so far (tests count them) */
+    kiln_vk_hazards hazards;           /* of the range being recorded, since its last barrier */
     VkFence fence;
     kiln_vk_weight *weights;
     int32_t n_weights, cap_weights;
     uint64_t weight_bytes;
     /* The scratch buffer: a quantized matmul's activations as q8 rows (quantize_q8.comp), or a split
-     * attention's parts (attention.comp, attention_combine.comp), reused by every
-     * node of every recording (each dispatch is followed by a barrier). Sized before a range is recorded
-     * (kiln__vk_scratch_bytes); growing it invalidates every recording, which names the old buffer. */
+     * attention's parts (attention.comp, attention_combine.comp), reused by every node of every
+     * recording (a dispatch that writes it waits for the ones that read it). Sized before a range is
+     * recorded (kiln__vk_scratch_bytes); growing it invalidates every recording, which names the old
+     * buffer. */
     uintptr_t scratch;
     size_t scratch_bytes;
     /* Rope's frequency tables (kiln__rope_freq of each pair), one per (base, n_rot) seen, each uploaded

@@ -35,3 +35,8 @@ uint64_t kiln__backend_vulkan_submits(const kiln_backend *b) {
     (void)b;
     return 0;
 }
+
+void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers) {
+    (void)b;
+    *dispatches = *barriers = 0;
+}

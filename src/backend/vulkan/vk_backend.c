@@ -5,9 +5,10 @@
  * constant selects it), and compute over a node range.
  *
  * A compute call records one command buffer for its range: per node a descriptor set (five storage
- * buffers), push constants and a dispatch, with a compute-to-compute barrier after each; then submits it
- * and waits. The recording is kept (up to KILN_VK_RECORDINGS, least recently used replaced) under a key of
- * everything it was recorded from, and a later call over a range with the same key submits it again
+ * buffers), push constants and a dispatch, with a compute-to-compute barrier before each dispatch that
+ * depends on one since the last barrier (vk_hazard.h) and one at the end; then submits it and waits. The
+ * recording is kept (up to KILN_VK_RECORDINGS, least recently used replaced) under a key of everything it
+ * was recorded from, and a later call over a range with the same key submits it again
  * without recording: a committed plan's ranges are recorded once and replayed every step, since its
  * inputs change in content, never in address. Buffers are not host memory: their base is the pool's opaque
  * address, so the scheduler moves every byte in and out through the verbs. Weights (leaves flagged
@@ -245,6 +246,29 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
     return KILN_OK;
 }
 
+static uint64_t buffer_bits(VkBuffer buffer) {
+    uint64_t bits = 0;
+    memcpy(&bits, &buffer, sizeof buffer < sizeof bits ? sizeof buffer : sizeof bits);
+    return bits;
+}
+
+/* Whether a dispatch over bindings b must wait for the dispatches recorded since the last barrier: every
+ * shader writes binding 3 only and reads the others (they are declared readonly); a binding left unused
+ * (bound to binding 3's buffer as a placeholder) is not read. */
+static bool hazard(kiln_vk_ctx *c, const kiln_vk_bind b[KILN_VK_BINDINGS]) {
+    kiln_vk_range r[KILN_VK_BINDINGS], w[1];
+    int nr = 0, nw = 0;
+    for (int i = 0; i < KILN_VK_BINDINGS; i++) {
+        if (!b[i].buffer) continue;
+        kiln_vk_range x = {buffer_bits(b[i].buffer), b[i].offset, b[i].offset + b[i].range};
+        if (i == 3)
+            w[nw++] = x;
+        else
+            r[nr++] = x;
+    }
+    return kiln__vk_hazards_add(&c->hazards, r, nr, w, nw);
+}
+
 kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
                               const void *push, uint32_t push_size, uint64_t groups, uint32_t gz) {
     kiln_vk_fns *fn = c->dev->fn;
@@ -274,12 +298,16 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
     fn->vkCmdBindPipeline(c->rec->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipes[pipe]);
     fn->vkCmdBindDescriptorSets(c->rec->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0, NULL);
     fn->vkCmdPushConstants(c->rec->cmd, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
+    if (hazard(c, b)) {
+        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                              .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                              .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+        fn->vkCmdPipelineBarrier(c->rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        c->n_barriers++;
+    }
     fn->vkCmdDispatch(c->rec->cmd, gx, gy, gz);
-    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    fn->vkCmdPipelineBarrier(c->rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    c->n_dispatches++;
     return KILN_OK;
 }
 
@@ -455,6 +483,7 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
     c->rec = rec;
+    kiln__vk_hazards_clear(&c->hazards); /* the last submission ended with a barrier */
     for (int32_t i = i0; i < i1 && !s; i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
         if (kiln__op_is_view(t->op) && t->op != KILN_OP_CACHE_WRITE) continue;
@@ -464,6 +493,13 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
             s = kiln__error_prefix(s, "vulkan: node '%s' (%s): ", t->name, kiln__op_name(t->op));
     }
     c->rec = NULL;
+    /* Every write of the range made visible to whatever comes next in the queue: the next range's
+     * dispatches, the download of an output, a copy. */
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
+    fn->vkCmdPipelineBarrier(rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0,
+                             1, &mb, 0, NULL, 0, NULL);
     if ((r = fn->vkEndCommandBuffer(rec->cmd)) && !s) s = vk_fail(r, "vkEndCommandBuffer");
     if (s) return s;
     /* Recording may have uploaded weights (new blocks), so the key is taken again. */
@@ -718,6 +754,12 @@ void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uin
 
 uint64_t kiln__backend_vulkan_submits(const kiln_backend *b) {
     return b->iface == &vk_iface ? ((const kiln_vk_ctx *)b->context)->dev->submits : 0;
+}
+
+void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers) {
+    const kiln_vk_ctx *c = b->iface == &vk_iface ? b->context : NULL;
+    *dispatches = c ? c->n_dispatches : 0;
+    *barriers = c ? c->n_barriers : 0;
 }
 
 void kiln__backend_vulkan_pool_stats(const kiln_backend *b, kiln_vk_pool_stats *out) {
