@@ -1,6 +1,7 @@
 """Quantized ONNX models (Q/DQ INT8) as onnxruntime's own tools write them, run by Kiln against onnxruntime's
-run of the same file: quantize_dynamic (DynamicQuantizeLinear, MatMulInteger, per tensor and per channel) and
-quantize_static in the QDQ format (QuantizeLinear/DequantizeLinear pairs around float operators), applied at test
+run of the same file: quantize_dynamic (DynamicQuantizeLinear, MatMulInteger, per tensor and per channel),
+quantize_static in the QDQ format (QuantizeLinear/DequantizeLinear pairs around float operators) and in the
+QOperator format for MatMul (QLinearMatMul between QuantizeLinear and DequantizeLinear), applied at test
 time to the models exported from PyTorch (tests/onnx/torch_models), at both stored shapes.
 
 Kiln computes the ONNX definitions: the quantized integers exactly (held as floats), the scales and zero points
@@ -34,10 +35,11 @@ import pytest
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 import kiln_onnx_run as kr
+import kiln_onnx_view as kv
 
 HERE = pathlib.Path(__file__).resolve().parent / "torch_models"
 MODELS = ["mlp-torchscript", "encoder-dynamo", "gpt2-torchscript", "bert-torchscript", "bert-dynamo", "llama-dynamo"]
-SCHEMES = ["dynamic", "dynamic-per-channel", "static-qdq"]
+SCHEMES = ["dynamic", "dynamic-per-channel", "static-qdq", "static-qoperator"]
 
 
 class Feeds(CalibrationDataReader):
@@ -60,8 +62,13 @@ def shapes(stem):
 
 def quantize(stem, scheme, path):
     src = str(HERE / f"{stem}.onnx")
-    if scheme == "static-qdq":
-        quantize_static(src, str(path), Feeds([f for f, _ in shapes(stem)]), quant_format=QuantFormat.QDQ,
+    if scheme.startswith("static"):
+        # QOperator: quantized operators in place of float ones; MatMul only, since onnxruntime writes the
+        # others (QLinearAdd, QGemm, QAttention, ...) in its own com.microsoft domain, which Kiln does not claim.
+        qoperator = scheme.endswith("qoperator")
+        quantize_static(src, str(path), Feeds([f for f, _ in shapes(stem)]),
+                        quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                        op_types_to_quantize=["MatMul"] if qoperator else None,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True)
     else:
         quantize_dynamic(src, str(path), weight_type=QuantType.QInt8, reduce_range=True,
@@ -80,6 +87,12 @@ def test_a_model_quantized_by_onnxruntime_runs_within_its_quantization_error_of_
 
     path = tmp_path / f"{stem}-{scheme}.onnx"
     quantize(stem, scheme, path)
+    if scheme == "static-qoperator":
+        import onnx
+
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        float_ops = {n.op_type for n in onnx.load(str(HERE / f"{stem}.onnx")).graph.node}
+        assert ("QLinearMatMul" in ops) == ("MatMul" in float_ops), sorted(ops)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -116,3 +129,77 @@ def test_matmul_integer_is_exact_with_full_range_weights_and_zero_points():
         (y,) = s.run({"a": a, "az": az})
     ref = (a.astype(np.int64) - 131) @ (w.astype(np.int64) - bz.astype(np.int64))
     assert y.dtype == np.int32 and np.array_equal(y, ref)
+
+
+def qlinear_matmul_model(a_type, y_type, per_row, per_column, m=6):
+    """QLinearMatMul with every parameter a graph input (so one model serves every case)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    k, n = 48, 20
+    ta = T.UINT8 if a_type == np.uint8 else T.INT8
+    ty = T.UINT8 if y_type == np.uint8 else T.INT8
+    names = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
+    types = [ta, T.FLOAT, ta, T.INT8, T.FLOAT, T.INT8, T.FLOAT, ty]
+    shapes_ = [[m, k], [m] if per_row else [], [m] if per_row else [], [k, n], [n] if per_column else [],
+               [n] if per_column else [], [m] if per_row else [], [m] if per_row else []]
+    node = h.make_node("QLinearMatMul", names, ["y"])
+    graph = h.make_graph([node], "qlmm", [h.make_tensor_value_info(a, t, s) for a, t, s in zip(names, types, shapes_)],
+                         [h.make_tensor_value_info("y", ty, [m, n])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model, shapes_
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("a_type,y_type", [(np.uint8, np.uint8), (np.int8, np.int8), (np.uint8, np.int8)])
+def test_qlinear_matmul_equals_the_onnx_reference(a_type, y_type, per_column):
+    """Against onnx's reference evaluator, per tensor and per column of B, saturating at both ends of the
+    output type. The reference takes the exact int32 product times the float32 multiplier
+    a_scale * b_scale / y_scale in float64; Kiln holds the product exactly (|sums| < 2^24 here) and multiplies
+    in float32, which rounds the result by at most 2^-24 of it (< 2^-16 for |y| < 256): an element moves by
+    one step only when the exact value lies that close to a .5, so all but a few in a thousand are equal and
+    none is more than one step off."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(7)
+    model, shapes_ = qlinear_matmul_model(a_type, y_type, False, per_column)
+    lo_a, hi_a = np.iinfo(a_type).min, np.iinfo(a_type).max + 1
+    lo_y, hi_y = np.iinfo(y_type).min, np.iinfo(y_type).max + 1
+    same = total = 0
+    for trial in range(4):
+        feeds = {
+            "a": rng.integers(lo_a, hi_a, shapes_[0]).astype(a_type),
+            "as": rng.uniform(0.005, 0.03, shapes_[1]).astype(np.float32),
+            "az": rng.integers(lo_a, hi_a, shapes_[2]).astype(a_type),
+            "b": rng.integers(-128, 128, shapes_[3]).astype(np.int8),
+            "bs": rng.uniform(0.005, 0.03, shapes_[4]).astype(np.float32),
+            "bz": rng.integers(-4, 5, shapes_[5]).astype(np.int8),
+            # the first trials saturate (a small y_scale), the last stay mostly inside the range
+            "ys": rng.uniform(0.04, 0.08, shapes_[6]).astype(np.float32) * (1 if trial < 2 else 100),
+            "yz": rng.integers(lo_y // 2, hi_y // 2, shapes_[7]).astype(y_type),
+        }
+        (want,) = ReferenceEvaluator(model).run(None, feeds)
+        with kr.Session(model) as s:
+            (got,) = s.run(feeds)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert diff.max() <= 1
+        same += int((diff == 0).sum())
+        total += diff.size
+        if trial < 2:
+            assert (want == lo_y).any() and (want == hi_y - 1).any()  # both ends saturated
+    assert same >= 0.995 * total
+
+
+def test_qlinear_matmul_refuses_per_row_parameters_by_name():
+    """Per-row a_scale (which the spec names, and neither the ONNX reference nor onnxruntime runs) is a named
+    refusal, not a wrong answer."""
+    model, shapes_ = qlinear_matmul_model(np.uint8, np.uint8, True, False)
+    feeds = {"a": np.zeros(shapes_[0], np.uint8), "as": np.ones(shapes_[1], np.float32),
+             "az": np.zeros(shapes_[2], np.uint8), "b": np.zeros(shapes_[3], np.int8),
+             "bs": np.ones(shapes_[4], np.float32), "bz": np.zeros(shapes_[5], np.int8),
+             "ys": np.ones(shapes_[6], np.float32), "yz": np.zeros(shapes_[7], np.uint8)}
+    with pytest.raises(kv.KilnError, match="per-tensor parameters for A and y"):
+        with kr.Session(model) as s:
+            s.run(feeds)

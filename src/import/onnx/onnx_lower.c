@@ -373,10 +373,10 @@ static kiln_tensor *q8_weight(lower *c, bool rows_as_is) {
  * one way). Kiln's matmul is W . X with W [K, N] and X [K, M] -> [N, M]: X is A as it lies, W is B
  * transposed: a copy that constant folding makes once when B is a weight, and that the absorb pass turns
  * into a transposed read when B is an activation. */
-static kiln_tensor *matmul_of(lower *c, kiln_tensor *a, kiln_tensor *b, kiln_tensor *w) {
+static kiln_tensor *matmul_of(lower *c, kiln_tensor *a, kiln_tensor *b, int32_t b_input, kiln_tensor *w) {
     kiln_graph *g = c->g;
     kiln_tensor *y;
-    int32_t ra = rank_of(c, c->n->inputs[0]), rb = rank_of(c, c->n->inputs[1]);
+    int32_t ra = rank_of(c, c->n->inputs[0]), rb = rank_of(c, c->n->inputs[b_input]);
     int64_t dims[KILN_MAX_DIMS + 2];
     int32_t ro = 0;
     if (!a || !b) return NULL;
@@ -403,7 +403,8 @@ static kiln_tensor *matmul_of(lower *c, kiln_tensor *a, kiln_tensor *b, kiln_ten
 
 static kiln_tensor *lower_matmul(lower *c) {
     kiln_tensor *a = operand(c, 0), *b = operand(c, 1);
-    return a && b ? matmul_of(c, a, b, rank_of(c, c->n->inputs[1]) == 2 ? q8_weight(c, false) : NULL) : NULL;
+    return a && b ? matmul_of(c, a, b, 1, rank_of(c, c->n->inputs[1]) == 2 ? q8_weight(c, false) : NULL)
+                  : NULL;
 }
 
 /* A zero point (input i, optional) shaped to broadcast against a matrix operand: per row of A ([M] as
@@ -422,7 +423,7 @@ static kiln_tensor *lower_matmul_integer(lower *c) {
     if (!a || !b || c->status) return NULL;
     if (az) a = broadcast(c, KILN_OP_SUB, a, az);
     if (bz) b = broadcast(c, KILN_OP_SUB, b, bz);
-    return matmul_of(c, a, b, NULL);
+    return matmul_of(c, a, b, 1, NULL);
 }
 
 /* clamp(x, lo, hi) for integer-valued x (exact): lo + relu(x - lo) - relu(x - hi). */
@@ -431,6 +432,49 @@ static kiln_tensor *clamp_int(lower *c, kiln_tensor *x, float lo, float hi) {
     kiln_tensor *above = kiln__relu(g, kiln__scale(g, x, 1.0f, -lo)),
                 *over = kiln__relu(g, kiln__scale(g, x, 1.0f, -hi));
     return kiln__scale(g, kiln__sub(g, above, over), 1.0f, lo);
+}
+
+/* The ONNX type of input i (0 when unknown). */
+static int32_t type_of(lower *c, int32_t i) {
+    const kiln__onnx_value *v = kiln__onnx_value_find(c->m, c->n->inputs[i]);
+    return v ? v->info.type : 0;
+}
+
+/* QLinearMatMul: saturate(round((A - a_zero_point) . (B - b_zero_point) * (a_scale * b_scale / y_scale)) +
+ * y_zero_point), as the ONNX reference computes it: the integers held as floats as in MatMulInteger, the
+ * multiplier formed before it scales the product, round half to even. B's parameters are per tensor or per
+ * column; A's and y's per tensor (the spec also names per-row ones, which neither the ONNX reference nor
+ * onnxruntime runs: refused by name). */
+static kiln_tensor *lower_qlinear_matmul(lower *c) {
+    static const char *const what[8] = {"a",       "a_scale",      "a_zero_point", "b",
+                                        "b_scale", "b_zero_point", "y_scale",      "y_zero_point"};
+    kiln_graph *g = c->g;
+    for (int32_t i = 1; i < 8; i++) {
+        int32_t t = type_of(c, i), want = i == 2 ? type_of(c, 0) : i == 5 ? type_of(c, 3) : KILN_ONNX_FLOAT;
+        if (i == 3) continue;
+        if (i == 7 && t != KILN_ONNX_UINT8 && t != KILN_ONNX_INT8)
+            return fail(c, "y_zero_point of type %s (Kiln quantizes to uint8 and int8)",
+                        kiln__onnx_type_name(t));
+        if (i != 7 && t != want)
+            return fail(c, "%s of type %s (%s expected)", what[i], kiln__onnx_type_name(t),
+                        kiln__onnx_type_name(want));
+    }
+    kiln_tensor *v[8];
+    for (int32_t i = 0; i < 8; i++) {
+        v[i] = i == 4 || i == 5 ? zero_point(c, i, false) : operand(c, i);
+        if (!v[i] || c->status) return NULL;
+        if ((i == 1 || i == 2 || i == 6 || i == 7) && kiln__tensor_nelements(v[i]) != 1)
+            return fail(c, "%s has %lld elements (Kiln runs per-tensor parameters for A and y)", what[i],
+                        (long long)kiln__tensor_nelements(v[i]));
+    }
+    kiln_tensor *acc =
+        matmul_of(c, broadcast(c, KILN_OP_SUB, v[0], v[2]), broadcast(c, KILN_OP_SUB, v[3], v[5]), 3, NULL);
+    kiln_tensor *mult = broadcast(c, KILN_OP_DIV, broadcast(c, KILN_OP_MUL, v[1], v[4]), v[6]);
+    if (!acc || !mult) return NULL;
+    kiln_tensor *y = broadcast(c, KILN_OP_ADD,
+                               kiln__unary(g, broadcast(c, KILN_OP_MUL, acc, mult), KILN_UNARY_ROUND), v[7]);
+    bool int8 = type_of(c, 7) == KILN_ONNX_INT8;
+    return y ? clamp_int(c, y, int8 ? -128.0f : 0.0f, int8 ? 127.0f : 255.0f) : NULL;
 }
 
 /* A scale or zero point of QuantizeLinear/DequantizeLinear shaped to broadcast along the axis of x. */
@@ -1015,6 +1059,7 @@ static const struct {
     {"Xor", lower_logic},
     {"Not", lower_logic},
     {"MatMulInteger", lower_matmul_integer},
+    {"QLinearMatMul", lower_qlinear_matmul},
     {"QuantizeLinear", lower_quant},
     {"DequantizeLinear", lower_quant},
     {"DynamicQuantizeLinear", lower_dynamic_quantize},

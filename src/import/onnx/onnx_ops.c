@@ -119,6 +119,7 @@ static const kiln__onnx_op ops[] = {
     {"DequantizeLinear", 13, 2, 3, 1, 1, KILN__T_Q8 | KILN__TBIT(6), 1, 0, KILN__SHAPE_SAME, quantize},
     {"DynamicQuantizeLinear", 0, 1, 1, 3, 3, F, -1, KILN_ONNX_UINT8, KILN__SHAPE_DYNAMIC_QUANTIZE, no_attrs},
     {"MatMulInteger", 0, 2, 4, 1, 1, KILN__T_Q8, -1, KILN_ONNX_INT32, KILN__SHAPE_MATMUL, no_attrs},
+    {"QLinearMatMul", 0, 8, 8, 1, 1, KILN__T_Q8, 7, 0, KILN__SHAPE_MATMUL, no_attrs},
 };
 
 const kiln__onnx_op *kiln__onnx_op_find(const char *op_type) {

@@ -190,7 +190,9 @@ static kiln_status same_inner(kiln_onnx_dim a, kiln_onnx_dim b) {
 }
 
 static kiln_status infer_matmul(const kiln_onnx *m, const kiln__onnx_node *n, shp *out) {
-    shp a = shape_of(input(m, n, 0)), b = shape_of(input(m, n, 1)), ba, bb;
+    /* QLinearMatMul's B is its input 3 (A, a_scale, a_zero_point, B, ...) */
+    shp a = shape_of(input(m, n, 0)), b = shape_of(input(m, n, strcmp(n->op->name, "QLinearMatMul") ? 1 : 3)),
+        ba, bb;
     kiln_status s;
     out->rank = -1;
     if (a.rank < 0 || b.rank < 0) return KILN_OK;
@@ -681,7 +683,8 @@ static kiln_status check_types(const kiln_onnx *m, const kiln__onnx_node *n) {
     bool where = op->shape == KILN__SHAPE_BROADCAST && op->type_from == 1;
     /* Pow's exponent has a type of its own (T1); the other broadcasting operators share T. */
     bool shared = (op->shape == KILN__SHAPE_BROADCAST && strcmp(op->name, "Pow") != 0) ||
-                  (op->shape == KILN__SHAPE_MATMUL && strcmp(op->name, "MatMulInteger") != 0) ||
+                  (op->shape == KILN__SHAPE_MATMUL && strcmp(op->name, "MatMulInteger") != 0 &&
+                   strcmp(op->name, "QLinearMatMul") != 0) ||
                   op->shape == KILN__SHAPE_GEMM || op->shape == KILN__SHAPE_CONCAT;
     const kiln__onnx_value *v0 = input(m, n, 0);
     int32_t t0 = v0 ? v0->info.type : 0;
