@@ -20,8 +20,8 @@
  * group's bytes are read once, in order. Every (row, column) sums its blocks in order with the same
  * instructions either way, so results do not depend on the column count or on how rows are split; the
  * integer block dots are exact, and only the float sum over blocks differs from the reference
- * (kernels_mm_ref.c), which tests compare. Decode prefetches PREFETCH bytes ahead (Q8_0 tg32 +45% on Zen 1);
- * the K-quant tiles, which spend more instructions per byte, measured slower with it and do not.
+ * (kernels_mm_ref.c), which tests compare. Decode prefetches PREFETCH bytes ahead (Q8_0 tg32 +45% on Zen 1;
+ * the K-quant tiles do the same, spread over a super-block's blocks).
  */
 #include "backend/cpu/kernels.h"
 

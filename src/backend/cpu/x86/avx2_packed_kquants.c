@@ -20,7 +20,8 @@
  *         on the same super-block q8 rows. Per 32-block this replaced two half sums, two conversions and
  *         three float multiplies per 8 rows and column.
  * Prefill takes each 8-row half of a group against up to CMAX columns (each weight vector unpacked once
- * for all of them); decode walks both halves of a group together, reading its bytes once, in order. The
+ * for all of them); decode walks both halves of a group together, reading its bytes once, in order, and
+ * prefetches them PREFETCH bytes ahead. The
  * per-(row, column) instruction sequence is the same either way. A partial last group (zero rows) stores
  * only the rows asked for. Only the rounding of the fused products and the float order differ from the
  * reference (kernels_mm_kquants_ref.c).
@@ -40,6 +41,18 @@
 #define Q4K_CMAX 3 /* Q4_K: its integer sums leave fewer registers (measured: decode +8% over 4 columns) */
 #define Q4K_BYTES 2368 /* one super-block of a 16-row group (repack_kquants.c) */
 #define Q6K_BYTES 3392
+/* Decode asks for each super-block's bytes this far ahead, a few lines with each of its 8 blocks (as
+ * avx2_packed.c does per block; the bandwidth probe's best distance on Zen 1). All of them at once, per
+ * super-block, was no faster than none: a burst of 37-53 misses. Spread, one thread's Q4_K decode tile
+ * read 6.1 -> 9.6 GB/s from DRAM on Zen 1, Q6_K 4.5 -> 8.3 (K = 2048, 16384 rows). */
+#define PREFETCH 2048
+
+/* Block g's share of the lines PREFETCH bytes past super-block w: Q4_K 5 lines from 320 g, Q6_K 7 from
+ * 424 g (a super-block is 7.4 and 8 block shares of 320 and 424 bytes long). */
+INLINE void prefetch_share(const unsigned char *w, int g, int stride, int lines) {
+    for (int i = 0; i < lines; i++)
+        _mm_prefetch((const char *)w + PREFETCH + stride * g + 64 * i, _MM_HINT_T0);
+}
 
 INLINE __m256i bcast4(const char *p) {
     int32_t v;
@@ -83,6 +96,7 @@ INLINE void q4_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb,
     for (int g = 0; g < 8; g++) {
         const unsigned char *q = w + 320 + 256 * g;
         const int64_t b = sb * 8 + g;
+        if (H == 2) prefetch_share(w, g, 320, 5); /* decode */
         __m256i isum[2][CMAX];
         for (int h = 0; h < H; h++)
             for (int c = 0; c < C; c++)
@@ -170,7 +184,8 @@ INLINE void q6_k_super(int H, int h0, int C, const unsigned char *w, int64_t sb,
     for (int g = 0; g < 8; g++) {
         const unsigned char *q = w + 320 + 384 * g;
         const int64_t b = sb * 8 + g;
-        __m256i sca[2], scb[2]; /* the block's two sub-block scales, per half */
+        if (H == 2) prefetch_share(w, g, 424, 7); /* decode */
+        __m256i sca[2], scb[2];                   /* the block's two sub-block scales, per half */
         for (int h = 0; h < H; h++) {
             sca[h] = row_pairs_signed(w + 32 * g + 8 * (h0 + h));
             scb[h] = row_pairs_signed(w + 32 * g + 16 + 8 * (h0 + h));
