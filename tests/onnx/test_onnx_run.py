@@ -95,9 +95,10 @@ def test_an_mlp_matches_onnxruntime_at_every_batch_size_compiling_each_once(opse
         assert s.compiles() == 3  # batch 1, 3 and 5; the repeats ran their plans
 
 
-def encoder():
+def encoder(k_twice=False):
     """x [batch, seq, 16] -> LayerNormalization -> self-attention over 2 heads of 8 (Reshape with 0 and -1,
-    Transpose, MatMul of two activations, Div by sqrt(8), Softmax on the last axis) -> residual Add ->
+    Transpose (k_twice: K's as two, [0,2,1,3] then [0,1,3,2], as q @ k.transpose(-2, -1) exports), MatMul
+    of two activations, Div by sqrt(8), Softmax on the last axis) -> residual Add ->
     the erf form of GELU written out (Div, Erf, Add, Mul) -> Sub of a bias (smaller operand second) and Div
     of a constant by the activation (smaller operand first)."""
     nodes = [
@@ -109,7 +110,9 @@ def encoder():
         h.make_node("Reshape", ["k", "heads"], ["k4"]),
         h.make_node("Reshape", ["v", "heads"], ["v4"]),
         h.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
-        h.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+        *([h.make_node("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3]),
+           h.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2])] if k_twice else
+          [h.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1])]),
         h.make_node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
         h.make_node("MatMul", ["qt", "kt"], ["scores"]),
         h.make_node("Div", ["scores", "sqrt_d"], ["scaled"]),
@@ -521,3 +524,24 @@ def test_inspect_shows_the_lowered_graph_before_and_after_the_passes(kiln_cli, t
     assert ", 3, 1, 1]" in after.stdout  # the batch bound to 3
     bad = inspect("--after", "--dims", f"{sym}=zero")
     assert bad.returncode == 2 and "--dims" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("k_twice", [False, True])
+def test_an_unmasked_attention_chain_runs_as_the_fused_attention_op(kiln_cli, tmp_path, k_twice):
+    """encoder()'s chain has no mask Add (Softmax straight after the scaled MatMul): it lowers to the fused
+    attention op over a session constant of zeros (every key visible) instead of materializing the scores,
+    with K transposed once or twice, and still matches onnxruntime."""
+    import subprocess
+
+    model = encoder(k_twice)
+    if k_twice:  # the other form runs in test_an_attention_block_matches_onnxruntime_over_dynamic_batch_and_sequence
+        with kr.Session(model) as s:
+            for batch, seq in ((1, 5), (2, 7)):
+                check_against_ort(model, {"x": RNG.standard_normal((batch, seq, 16)).astype(np.float32)}, 16, s)
+    onnx.save(model, tmp_path / "enc.onnx")
+    r = subprocess.run([kiln_cli, "onnx", "inspect", "--after", "--dims", "batch=2,seq=9", str(tmp_path / "enc.onnx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ops = [line.split()[2] for line in r.stdout.splitlines() if line.startswith("#")]
+    assert ops.count("attention") == 2, ops  # one per batch row
+    assert "softmax" not in ops, ops

@@ -3,8 +3,10 @@
  * recognized where it ends and lowered to Kiln's fused attention op:
  *
  *   q = Transpose(q_r, [0,2,1,3])    k = Transpose(k_r, [0,2,3,1])    v = Transpose(v_r, [0,2,1,3])
+ *     (q and k may each be two Transposes that compose to these: [0,2,1,3] then [0,1,3,2] for k)
  *   s = MatMul(q, k) * c   (or / c)           q_r, k_r, v_r: [B, S, H, D] (a Reshape of the projections)
- *   p = Softmax(s + mask, axis = -1)          mask broadcast over the heads: [B or 1, 1, S, C]
+ *   p = Softmax(s + mask, axis = -1)          mask broadcast over the heads: [B or 1, 1, S, C], or none
+ *                                             (every key visible: a session constant of zeros [S, C])
  *   y = Transpose(MatMul(p [Cast], v), [0,2,1,3])                                       -> [B, S, H, D]
  *
  * y is attention(q_r[b], k_r[b], v_r[b], mask[b], c) per batch row b: q_r as it lies is Kiln's [D, H, S],
@@ -18,6 +20,10 @@
 
 #include <string.h>
 
+/* The largest zero mask an unmasked chain gets (64 MiB: 4096 x 4096 keys and queries); a longer one is
+ * lowered as written. */
+#define KILN_ONNX_ZERO_MASK_MAX ((int64_t)1 << 24)
+
 static const kiln__onnx_node *producer(const kiln__onnx_lowering *l, const char *name, const char *op) {
     const kiln__onnx_value *v = name[0] ? kiln__onnx_value_find(l->m, name) : NULL;
     const kiln__onnx_node *n = v && v->producer >= 0 ? &l->m->nodes[v->producer] : NULL;
@@ -27,6 +33,30 @@ static const kiln__onnx_node *producer(const kiln__onnx_lowering *l, const char 
 static bool perm_is(const kiln__onnx_node *t, int64_t a, int64_t b, int64_t c, int64_t d) {
     const kiln__onnx_attr *p = t ? kiln__onnx_find_attr(t, "perm") : NULL;
     return p && p->n == 4 && p->ints[0] == a && p->ints[1] == b && p->ints[2] == c && p->ints[3] == d;
+}
+
+/* The source of name through one or two Transposes (k.transpose(1, 2) then .transpose(-2, -1), as
+ * hand-written attention exports), with their composed permutation; NULL when name is no Transpose. */
+static const char *transposed_from(const kiln__onnx_lowering *l, const char *name, int64_t perm[4]) {
+    const kiln__onnx_node *t = producer(l, name, "Transpose");
+    const kiln__onnx_attr *p = t ? kiln__onnx_find_attr(t, "perm") : NULL;
+    if (!p || p->n != 4) return NULL;
+    for (int i = 0; i < 4; i++)
+        if (p->ints[i] < 0 || p->ints[i] > 3) return NULL;
+    for (int i = 0; i < 4; i++)
+        perm[i] = p->ints[i];
+    const kiln__onnx_node *t0 = producer(l, t->inputs[0], "Transpose");
+    const kiln__onnx_attr *p0 = t0 ? kiln__onnx_find_attr(t0, "perm") : NULL;
+    if (!p0 || p0->n != 4) return t->inputs[0];
+    for (int i = 0; i < 4; i++)
+        if (p0->ints[i] < 0 || p0->ints[i] > 3) return t->inputs[0];
+    for (int i = 0; i < 4; i++) /* y = T(T(x, p0), p): y.dim[i] = x.dim[p0[p[i]]] */
+        perm[i] = p0->ints[perm[i]];
+    return t0->inputs[0];
+}
+
+static bool is_perm(const int64_t perm[4], int64_t a, int64_t b, int64_t c, int64_t d) {
+    return perm[0] == a && perm[1] == b && perm[2] == c && perm[3] == d;
 }
 
 /* A one-element float constant or host value. */
@@ -60,7 +90,7 @@ static const kiln__onnx_node *scaled_scores(kiln__onnx_lowering *l, const char *
 }
 
 kiln_tensor *kiln__onnx_fuse_attention(kiln__onnx_lowering *l, kiln_graph *g, const kiln__onnx_node *t) {
-    const kiln__onnx_node *mm2, *vt, *p, *add, *mm1, *qt, *kt;
+    const kiln__onnx_node *mm2, *vt, *p, *add, *mm1;
     const char *mask_name = NULL;
     float scale = 1.0f;
     if (!perm_is(t, 0, 2, 1, 3) || !(mm2 = producer(l, t->inputs[0], "MatMul"))) return NULL;
@@ -76,11 +106,10 @@ kiln_tensor *kiln__onnx_fuse_attention(kiln__onnx_lowering *l, kiln_graph *g, co
         if ((mm1 = scaled_scores(l, add->inputs[i], &scale))) mask_name = add->inputs[1 - i];
     if (!add) mm1 = scaled_scores(l, p->inputs[0], &scale);
     if (!mm1) return NULL;
-    if (!perm_is(qt = producer(l, mm1->inputs[0], "Transpose"), 0, 2, 1, 3) ||
-        !perm_is(kt = producer(l, mm1->inputs[1], "Transpose"), 0, 2, 3, 1))
-        return NULL;
-    kiln_tensor *q = rank4(l, qt->inputs[0]), *k = rank4(l, kt->inputs[0]), *v = rank4(l, vt->inputs[0]),
-                *mask;
+    int64_t qp[4], kp[4];
+    const char *qs = transposed_from(l, mm1->inputs[0], qp), *ks = transposed_from(l, mm1->inputs[1], kp);
+    if (!qs || !ks || !is_perm(qp, 0, 2, 1, 3) || !is_perm(kp, 0, 2, 3, 1)) return NULL;
+    kiln_tensor *q = rank4(l, qs), *k = rank4(l, ks), *v = rank4(l, vt->inputs[0]), *mask;
     if (!q || !k || !v || memcmp(k->ne, v->ne, sizeof k->ne) || k->ne[0] != q->ne[0] || q->ne[1] % k->ne[1] ||
         k->ne[3] != q->ne[3])
         return NULL;
@@ -93,8 +122,13 @@ kiln_tensor *kiln__onnx_fuse_attention(kiln__onnx_lowering *l, kiln_graph *g, co
             return NULL;
         if (mask->ne[1] != S || !kiln__tensor_is_contiguous(mask))
             return NULL; /* rows broadcast: the plain form (none of the exports here writes one) */
-    } else {
-        return NULL; /* an unmasked chain: the plain form (the fused op takes a mask) */
+    } else {             /* an unmasked chain: every key visible, one mask of zeros for every batch row */
+        int64_t n;
+        if (__builtin_mul_overflow(C, S, &n) || n > KILN_ONNX_ZERO_MASK_MAX ||
+            !(mask = kiln__onnx_filled(l, g, n, 0.0f)))
+            return NULL; /* the plain form */
+        mask = kiln__reshape(g, mask, 4, (int64_t[]){C, S, 1, 1});
+        if (!mask) return NULL;
     }
     kiln_tensor *acc = NULL, *outs[3];
     int n_out = 0;

@@ -596,6 +596,12 @@ static kiln_tensor *reduce_weights(lower *c, int64_t n, float value) {
     return kiln__graph_leaf(c->g, "reduce_weights", KILN_TYPE_F32, 1, &n, data, KILN_TENSOR_WEIGHT);
 }
 
+kiln_tensor *kiln__onnx_filled(kiln__onnx_lowering *l, kiln_graph *g, int64_t n, float value) {
+    lower c = {.l = l, .m = l->m, .g = g};
+    kiln_tensor *t = reduce_weights(&c, n, value);
+    return c.status ? NULL : t;
+}
+
 /* Record output i of the node (beyond the first, which lower_node records). */
 static void put_output(lower *c, int32_t i, kiln_tensor *t) {
     if (!t || i >= c->n->n_outputs || !c->n->outputs[i][0]) return;

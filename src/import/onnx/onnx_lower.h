@@ -81,8 +81,8 @@ typedef struct kiln__onnx_lowering {
     kiln_type *feed_type;
     int64_t *feed_rows;
     /* kiln_onnx_session_params.weights "q8_0": MatMul/Gemm weights quantized once per session, per value
-     * (q8: the weight transposed to Kiln's [K, N], as MatMul and Gemm transB = 0 read it; q8_rows: as it lies,
-     * Gemm transB = 1). */
+     * (q8: the weight transposed to Kiln's [K, N], as MatMul and Gemm transB = 0 read it; q8_rows: as it
+     * lies, Gemm transB = 1). */
     bool q8_weights;
     void **q8, **q8_rows;
 } kiln__onnx_lowering;
@@ -112,11 +112,11 @@ const int64_t *kiln__onnx_ints_of(kiln__onnx_lowering *l, const char *name, int6
  * elements of size bytes in that scratch, NULL past KILN_ONNX_HOST_BYTES per key or out of memory. */
 void kiln__onnx_host_reset(kiln__onnx_lowering *l);
 void *kiln__onnx_scratch(kiln__onnx_lowering *l, int64_t n, size_t size);
-/* Index maps (onnx_index.c), shared by the host and the runtime lowering: the result dims of Identity, Cast, Reshape, Flatten,
- * Squeeze and Unsqueeze (v: the shape or axes input, NULL when absent), or -1 with *why; Slice's start,
- * step and count per axis (-1 when its inputs are not known); the flat source index of every output
- * element of Slice, Transpose, Gather, GatherElements and GatherND (indices known on the host) over data of
- * the given shape, or -1 with *why. */
+/* Index maps (onnx_index.c), shared by the host and the runtime lowering: the result dims of Identity, Cast,
+ * Reshape, Flatten, Squeeze and Unsqueeze (v: the shape or axes input, NULL when absent), or -1 with *why;
+ * Slice's start, step and count per axis (-1 when its inputs are not known); the flat source index of every
+ * output element of Slice, Transpose, Gather, GatherElements and GatherND (indices known on the host) over
+ * data of the given shape, or -1 with *why. */
 int32_t kiln__onnx_reshape_dims(const kiln__onnx_node *n, int32_t r, const int64_t *in, const int64_t *v,
                                 int64_t nv, int64_t *out, const char **why);
 int32_t kiln__onnx_slice_params(kiln__onnx_lowering *l, const kiln__onnx_node *n, int32_t r,
@@ -128,6 +128,9 @@ int64_t kiln__onnx_index_map(kiln__onnx_lowering *l, const kiln__onnx_node *n, i
 /* Attention as torch.onnx exports it, ending at the Transpose t (onnx_attention.c): the fused attention
  * op's result for t's output, or NULL when the chain does not match (then t is lowered as written). */
 kiln_tensor *kiln__onnx_fuse_attention(kiln__onnx_lowering *l, kiln_graph *g, const kiln__onnx_node *t);
+/* A constant of n floats, each value, kept by the session (one per (n, value)); NULL when it cannot be
+ * made (the error is set). */
+kiln_tensor *kiln__onnx_filled(kiln__onnx_lowering *l, kiln_graph *g, int64_t n, float value);
 
 /* The ONNX shape (rank and dims) of a Kiln tensor that holds a rank-r value. */
 void kiln__onnx_shape_of(const kiln_tensor *t, int32_t rank, int64_t *dims);
