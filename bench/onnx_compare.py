@@ -24,7 +24,8 @@ sequence as dynamic dims, so one file serves every configuration and each side c
 Before timing, each configuration's outputs are compared (max |kiln - ort| over max |ort|; the run stops
 when it is over --tol). Timing: after --warmup runs of each, --reps rounds that alternate the two
 engines (the order flips every round), each sample the mean over enough runs to last >= --min-sample
-seconds; the medians are reported, and the ratio ort_ms / kiln_ms (> 1: Kiln is faster).
+seconds, taken after 0.1 s idle (sample_ms says why); the medians are reported, and the ratio ort_ms /
+kiln_ms (> 1: Kiln is faster).
 onnxruntime runs with intra_op_num_threads = inter_op_num_threads... = the threads given,
 graph_optimization_level ORT_ENABLE_ALL, sequential execution; Kiln with the same thread count. The CPU
 (model name and flags that matter) and both versions are printed with the table.
@@ -134,8 +135,18 @@ def cpu_name():
         return platform.processor() or "unknown CPU"
 
 
+SETTLE_S = 0.1  # idle time before each sample (see sample_ms)
+
+
 def sample_ms(run, min_seconds):
-    """Mean milliseconds per run over enough runs to last min_seconds."""
+    """Mean milliseconds per run over enough runs to last min_seconds, after SETTLE_S of idling: the two
+    engines share this process, and onnxruntime's pool threads spin for a while after each of its runs
+    (session.intra_op.allow_spinning, on by default), so a Kiln run that starts right after onnxruntime's
+    finds a core taken (measured on BERT-base at 2 threads on 2 cores: 371 ms right after an onnxruntime
+    run, 337 ms after another Kiln run or after 50 ms idle, 343 ms with onnxruntime's spinning off, which
+    itself moved onnxruntime by 2%). Kiln's threads sleep after a few microseconds, so the settling costs
+    onnxruntime nothing; it only keeps each engine's sample from paying for the other's threads."""
+    time.sleep(SETTLE_S)
     n, t0 = 0, time.perf_counter()
     while True:
         run()
