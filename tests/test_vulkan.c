@@ -168,6 +168,16 @@ done:
     free(back);
 }
 
+/* Free what a test's scheduled run made: the plan, the scheduler, n arenas (unallocated ones skipped), the
+ * graph. */
+static void free_run(kiln_sched_plan *p, kiln_sched *s, kiln_buffer *arenas, int n, kiln_graph *g) {
+    kiln__sched_plan_destroy(p);
+    kiln__sched_destroy(s);
+    for (int b = 0; b < n; b++)
+        if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
+    kiln__graph_destroy(g);
+}
+
 /* Kernels reading views at offsets that are not binding-aligned (rows with gaps, a transpose, a slice
  * of a weight) and writing into the arena; each output is read back and checked exactly (x2 is exact). */
 static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
@@ -239,11 +249,7 @@ static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
         }
     }
 done:
-    kiln__sched_plan_destroy(p);
-    kiln__sched_destroy(s);
-    for (int b = 0; b < 2; b++)
-        if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
-    kiln__graph_destroy(g);
+    free_run(p, s, arenas, 2, g);
     kiln__backend_destroy(vk);
     kiln__backend_destroy(cpu);
 }
@@ -294,11 +300,7 @@ static void a_weight_over_the_binding_limit_is_bound_in_row_ranges(void) {
         if (p) CHECK_OK(kiln__sched_compute(p));
         if (p && (out[run] = malloc((size_t)NR * M * sizeof(float))))
             memcpy(out[run], kiln__sched_plan_output(p, 0)->data, (size_t)NR * M * sizeof(float));
-        kiln__sched_plan_destroy(p);
-        kiln__sched_destroy(s);
-        for (int b = 0; b < 2; b++)
-            if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
-        kiln__graph_destroy(g);
+        free_run(p, s, arenas, 2, g);
     }
     if (out[0] && out[1]) {
         double worst = 0, mag = 0;
@@ -382,12 +384,7 @@ static void a_committed_range_is_recorded_once_and_replayed_with_new_inputs(void
     CHECK_EQ_INT(recorded, 2);
     CHECK_EQ_INT(replayed, 4);
 done:
-    kiln__sched_plan_destroy(p);
-    kiln__sched_destroy(s);
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 2; b++)
-            if (arenas[a][b].backend) kiln__backend_buffer_free(arenas[a][b].backend, &arenas[a][b]);
-    kiln__graph_destroy(g);
+    free_run(p, s, &arenas[0][0], 4, g);
     kiln__backend_destroy(vk);
     kiln__backend_destroy(cpu);
 }
@@ -486,11 +483,7 @@ static void independent_matmuls_share_one_barrier(void) {
     }
     CHECK_EQ_INT(bad, 0);
 done:
-    kiln__sched_plan_destroy(p);
-    kiln__sched_destroy(s);
-    for (int b = 0; b < 2; b++)
-        if (arenas[b].backend) kiln__backend_buffer_free(arenas[b].backend, &arenas[b]);
-    kiln__graph_destroy(g);
+    free_run(p, s, arenas, 2, g);
     kiln__backend_destroy(vk);
     kiln__backend_destroy(cpu);
 }
