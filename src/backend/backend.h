@@ -125,6 +125,9 @@ const kiln_vulkan_test_hooks *kiln__vulkan_test_hooks(void);
 void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uint64_t *replayed);
 /* How many submissions (vkQueueSubmit calls) a Vulkan backend made (0 for any other backend). */
 uint64_t kiln__backend_vulkan_submits(const kiln_backend *b);
+/* The staging ring of a Vulkan backend: how many of its slots hold an upload not yet waited for, and how
+ * many times an upload had to wait for a slot to come free (zeros for any other backend). */
+void kiln__backend_vulkan_ring(const kiln_backend *b, uint32_t *in_flight, uint64_t *waits);
 /* How many dispatches a Vulkan backend recorded, and how many barriers between them (vk_hazard.h: only
  * before a dispatch that depends on one since the last barrier); 0 for any other backend. */
 void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers);

@@ -106,6 +106,8 @@ const char *kiln__vk_result_name(VkResult r);
 
 typedef struct kiln_vk_pool kiln_vk_pool;
 
+#define KILN_VK_RING_SLOTS 2
+
 typedef struct kiln_vk_device {
     kiln_vk_loader loader;
     kiln_vk_fns *fn; /* &loader.fn */
@@ -119,7 +121,7 @@ typedef struct kiln_vk_device {
     VkDeviceSize max_range;      /* maxStorageBufferRange */
     VkDeviceSize min_offset;     /* minStorageBufferOffsetAlignment */
     VkCommandPool cmd_pool;
-    VkCommandBuffer transfer_cmd;
+    VkCommandBuffer transfer_cmd; /* fills, device copies and downloads: submitted and waited for */
     VkFence transfer_fence;
     /* Small uploads (the graph's inputs: ids, positions, cells, mask) are not submitted on their own:
      * they are recorded here as vkCmdUpdateBuffer (which copies the bytes at once) and go to the queue
@@ -129,13 +131,27 @@ typedef struct kiln_vk_device {
     VkCommandBuffer pending_cmd;
     bool pending_open;
     size_t pending_bytes;
+    int pending_slot; /* the ring slot whose upload carried pending_cmd to the queue, still maybe running;
+                       * -1: none */
     uint64_t submits; /* vkQueueSubmit calls (tests count them) */
-    /* The staging ring: host-visible memory that uploads and downloads pass through, in pieces of at
-     * most staging_size bytes (each piece is submitted and waited before the ring is reused). */
+    /* The staging ring: host-visible memory that uploads and downloads pass through, KILN_VK_RING_SLOTS
+     * slots of staging_size bytes each. An upload copies a piece into the next slot, submits that slot's
+     * copy and goes on without waiting, so the host fills one slot while the device empties the other; a
+     * slot is waited for only when the ring comes round to it again (ring_waits counts those waits). A
+     * download takes a slot and waits for its copy. Every submission is ordered after the uploads before
+     * it on the one queue (each slot's copy ends with a transfer-to-everything barrier), and any wait for
+     * a fence also waits for everything submitted before it, so after one all slots are free. */
     VkDeviceMemory staging_mem;
     VkBuffer staging_buf;
     void *staging_map;
-    VkDeviceSize staging_size;
+    VkDeviceSize staging_size; /* bytes per slot */
+    struct kiln_vk_slot {
+        VkCommandBuffer cmd;
+        VkFence fence;
+        bool busy; /* submitted and not yet waited for */
+    } ring[KILN_VK_RING_SLOTS];
+    uint32_t ring_next;
+    uint64_t ring_waits;
     kiln_vk_pool *pool;
 } kiln_vk_device;
 
@@ -177,6 +193,9 @@ void kiln__vk_pool_fail_after(kiln_vk_pool *p, int32_t n);
 
 /* ---- Transfers through the staging ring (vk_device.c) ---- */
 
+/* kiln__vk_upload returns once src has been copied into the ring: the device may still be copying it into
+ * dst, and whatever is submitted afterwards sees the bytes. */
+
 kiln_status kiln__vk_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size);
 kiln_status kiln__vk_download(kiln_vk_device *d, kiln_vk_span src, void *dst, size_t size);
 kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t size);
@@ -186,8 +205,10 @@ kiln_status kiln__vk_copy(kiln_vk_device *d, kiln_vk_span src, kiln_vk_span dst,
  * KILN_E_UNSUPPORTED when there is none) with its queue, staging ring and pool. */
 kiln_status kiln__vk_device_create(int32_t index, bool pooled, kiln_vk_device **out);
 void kiln__vk_device_destroy(kiln_vk_device *d);
-/* Submit one recorded command buffer and wait for it. */
+/* Submit one recorded command buffer and wait for it (and so for everything submitted before it). */
 kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence);
+/* Wait for the uploads still in flight; before memory they write is released. */
+kiln_status kiln__vk_drain(kiln_vk_device *d);
 
 /* ---- The backend (vk_backend.c) ---- */
 

@@ -36,6 +36,12 @@ uint64_t kiln__backend_vulkan_submits(const kiln_backend *b) {
     return 0;
 }
 
+void kiln__backend_vulkan_ring(const kiln_backend *b, uint32_t *in_flight, uint64_t *waits) {
+    (void)b;
+    *in_flight = 0;
+    *waits = 0;
+}
+
 void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers) {
     (void)b;
     *dispatches = *barriers = 0;

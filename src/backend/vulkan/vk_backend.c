@@ -387,7 +387,8 @@ static kiln_status free_slot(kiln_vk_ctx *c, kiln_vk_recording **out) {
 
 /* Upload every weight the nodes [i0, i1) read that the device has no copy of yet, before recording, telling
  * the backend's progress callback the bytes uploaded of the bytes to upload. Each upload goes through the
- * staging ring and is waited for (kiln__vk_upload), so the uploads are synchronous. */
+ * staging ring (kiln__vk_upload), which overlaps the host's copy of one piece with the device's copy of the
+ * one before; the recording submitted after them is ordered after them on the queue. */
 static kiln_status upload_weights(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1) {
     kiln_vk_ctx *c = b->context;
     uint64_t total = 0, done = 0;
@@ -754,6 +755,14 @@ void kiln__backend_vulkan_replays(const kiln_backend *b, uint64_t *recorded, uin
 
 uint64_t kiln__backend_vulkan_submits(const kiln_backend *b) {
     return b->iface == &vk_iface ? ((const kiln_vk_ctx *)b->context)->dev->submits : 0;
+}
+
+void kiln__backend_vulkan_ring(const kiln_backend *b, uint32_t *in_flight, uint64_t *waits) {
+    const kiln_vk_device *d = b->iface == &vk_iface ? ((const kiln_vk_ctx *)b->context)->dev : NULL;
+    *in_flight = 0;
+    *waits = d ? d->ring_waits : 0;
+    for (int i = 0; d && i < KILN_VK_RING_SLOTS; i++)
+        *in_flight += d->ring[i].busy;
 }
 
 void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers) {

@@ -2,9 +2,11 @@
  * vk_device.c - one opened Vulkan device: its compute queue, command pool, the staging ring that every
  * upload and download passes through, and the transfers built on it (see vk.h).
  *
- * A transfer larger than the ring goes in ring-sized pieces; each piece is recorded into the transfer
- * command buffer, submitted and waited for before the ring is written again. Device memory is never
- * mapped, so the same code serves a discrete GPU whose buffers are not host-visible.
+ * The ring has two slots. An upload goes in slot-sized pieces, each copied into the next slot by the host
+ * and submitted with its own command buffer and fence, and is not waited for: the host fills one slot while
+ * the device empties the other, and waits only when the ring comes back to a slot still in flight.
+ * Downloads, fills and device-side copies are submitted and waited for. Device memory is never mapped, so
+ * the same code serves a discrete GPU whose buffers are not host-visible.
  */
 #include "backend/vulkan/vk.h"
 
@@ -12,7 +14,7 @@
 
 #include <string.h>
 
-#define STAGING_BYTES ((VkDeviceSize)4 << 20)
+#define SLOT_BYTES ((VkDeviceSize)4 << 20)
 
 static kiln_status vk_fail(VkResult r, const char *what) {
     kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
@@ -105,6 +107,13 @@ static kiln_status make_commands(kiln_vk_device *d) {
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence)))
         return vk_fail(r, "vkCreateFence");
+    d->pending_slot = -1;
+    for (int i = 0; i < KILN_VK_RING_SLOTS; i++) {
+        if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->ring[i].cmd)))
+            return vk_fail(r, "vkAllocateCommandBuffers (staging ring)");
+        if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->ring[i].fence)))
+            return vk_fail(r, "vkCreateFence (staging ring)");
+    }
     return KILN_OK;
 }
 
@@ -114,7 +123,7 @@ static kiln_status make_staging(kiln_vk_device *d) {
     VkResult r;
     d->fn->vkGetPhysicalDeviceMemoryProperties(d->physical, &mp);
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                             .size = STAGING_BYTES,
+                             .size = SLOT_BYTES * KILN_VK_RING_SLOTS,
                              .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if ((r = d->fn->vkCreateBuffer(d->device, &bi, NULL, &d->staging_buf)))
@@ -137,7 +146,7 @@ static kiln_status make_staging(kiln_vk_device *d) {
         return vk_fail(r, "vkBindBufferMemory");
     if ((r = d->fn->vkMapMemory(d->device, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map)))
         return vk_fail(r, "vkMapMemory (staging)");
-    d->staging_size = STAGING_BYTES;
+    d->staging_size = SLOT_BYTES;
     return KILN_OK;
 }
 
@@ -161,11 +170,14 @@ kiln_status kiln__vk_device_create(int32_t index, bool pooled, kiln_vk_device **
 void kiln__vk_device_destroy(kiln_vk_device *d) {
     if (!d) return;
     if (d->device) {
+        (void)kiln__vk_drain(d);
         kiln__vk_pool_destroy(d->pool);
         if (d->staging_map) d->fn->vkUnmapMemory(d->device, d->staging_mem);
         if (d->staging_buf) d->fn->vkDestroyBuffer(d->device, d->staging_buf, NULL);
         if (d->staging_mem) d->fn->vkFreeMemory(d->device, d->staging_mem, NULL);
         if (d->transfer_fence) d->fn->vkDestroyFence(d->device, d->transfer_fence, NULL);
+        for (int i = 0; i < KILN_VK_RING_SLOTS; i++)
+            if (d->ring[i].fence) d->fn->vkDestroyFence(d->device, d->ring[i].fence, NULL);
         if (d->cmd_pool) d->fn->vkDestroyCommandPool(d->device, d->cmd_pool, NULL);
         d->fn->vkDestroyDevice(d->device, NULL);
     }
@@ -191,11 +203,14 @@ static kiln_status close_pending(kiln_vk_device *d, uint32_t *n) {
     return KILN_OK;
 }
 
-kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence) {
+/* Submit cmd (after whatever small uploads are pending) to signal fence; *submitted is false when there was
+ * nothing to submit. */
+static kiln_status submit(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence, bool *submitted) {
     VkResult r;
     VkCommandBuffer cmds[2];
     uint32_t n;
     kiln_status s = close_pending(d, &n);
+    *submitted = false;
     if (s) return s;
     if (n) cmds[0] = d->pending_cmd;
     if (cmd) cmds[n++] = cmd;
@@ -204,9 +219,56 @@ kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence
     if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return vk_fail(r, "vkResetFences");
     if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return vk_fail(r, "vkQueueSubmit");
     d->submits++;
+    *submitted = true;
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence) {
+    VkResult r;
+    bool submitted;
+    kiln_status s = submit(d, cmd, fence, &submitted);
+    if (s || !submitted) return s;
     if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX)))
         return vk_fail(r, "vkWaitForFences");
+    /* A fence signalled by vkQueueSubmit also waits for every command submitted before it. */
+    for (int i = 0; i < KILN_VK_RING_SLOTS; i++)
+        d->ring[i].busy = false;
+    d->pending_slot = -1;
     return KILN_OK;
+}
+
+static kiln_status slot_wait(kiln_vk_device *d, int i) {
+    VkResult r;
+    if (!d->ring[i].busy) return KILN_OK;
+    if ((r = d->fn->vkWaitForFences(d->device, 1, &d->ring[i].fence, VK_TRUE, UINT64_MAX)))
+        return vk_fail(r, "vkWaitForFences (staging ring)");
+    d->ring[i].busy = false;
+    if (d->pending_slot == i) d->pending_slot = -1;
+    return KILN_OK;
+}
+
+kiln_status kiln__vk_drain(kiln_vk_device *d) {
+    kiln_status s;
+    for (int i = 0; i < KILN_VK_RING_SLOTS; i++)
+        if ((s = slot_wait(d, i))) return s;
+    return KILN_OK;
+}
+
+/* The next slot of the ring, free: waited for when it is still in flight. */
+static kiln_status slot_take(kiln_vk_device *d, int *out) {
+    int i = (int)d->ring_next;
+    kiln_status s;
+    d->ring_next = (d->ring_next + 1) % KILN_VK_RING_SLOTS;
+    if (d->ring[i].busy) {
+        d->ring_waits++;
+        if ((s = slot_wait(d, i))) return s;
+    }
+    *out = i;
+    return KILN_OK;
+}
+
+static VkDeviceSize slot_offset(const kiln_vk_device *d, int i) {
+    return (VkDeviceSize)i * d->staging_size;
 }
 
 /* Up to 64 KiB in whole words, recorded into the pending buffer (vkCmdUpdateBuffer's limits); false when
@@ -219,6 +281,9 @@ static kiln_status defer_upload(kiln_vk_device *d, kiln_vk_span dst, const void 
     if (size == 0 || size > 65536 || size % 4 || dst.offset % 4 || d->pending_bytes + size > ((size_t)1 << 20))
         return KILN_OK;
     if (!d->pending_open) {
+        kiln_status s;
+        /* an upload that carried the last batch may still be running it */
+        if (d->pending_slot >= 0 && (s = slot_wait(d, d->pending_slot))) return s;
         if ((r = d->fn->vkResetCommandBuffer(d->pending_cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
         if ((r = d->fn->vkBeginCommandBuffer(d->pending_cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
         d->pending_open = true;
@@ -253,15 +318,42 @@ static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_of
     return kiln__vk_submit_wait(d, d->transfer_cmd, d->transfer_fence);
 }
 
+/* Copy piece bytes from slot i of the ring to dst and submit it, without waiting. */
+static kiln_status slot_send(kiln_vk_device *d, int i, VkBuffer dst, VkDeviceSize dst_off,
+                             VkDeviceSize piece) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
+    VkBufferCopy region = {slot_offset(d, i), dst_off, piece};
+    VkCommandBuffer cmd = d->ring[i].cmd;
+    VkResult r;
+    bool submitted;
+    kiln_status s;
+    if ((r = d->fn->vkResetCommandBuffer(cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
+    if ((r = d->fn->vkBeginCommandBuffer(cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    bool carries_pending = d->pending_open;
+    d->fn->vkCmdCopyBuffer(cmd, d->staging_buf, dst, 1, &region);
+    d->fn->vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1,
+                                &mb, 0, NULL, 0, NULL);
+    if ((r = d->fn->vkEndCommandBuffer(cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    if ((s = submit(d, cmd, d->ring[i].fence, &submitted))) return s;
+    d->ring[i].busy = submitted;
+    if (carries_pending) d->pending_slot = i;
+    return KILN_OK;
+}
+
 kiln_status kiln__vk_upload(kiln_vk_device *d, kiln_vk_span dst, const void *src, size_t size) {
     bool deferred;
-    kiln_status s0 = defer_upload(d, dst, src, size, &deferred);
-    if (s0 || deferred) return s0;
+    kiln_status s = defer_upload(d, dst, src, size, &deferred);
+    if (s || deferred) return s;
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
-        kiln_status s;
-        memcpy(d->staging_map, (const char *)src + done, piece);
-        if ((s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + done, piece, 0))) return s;
+        int i;
+        if ((s = slot_take(d, &i))) return s;
+        memcpy((char *)d->staging_map + slot_offset(d, i), (const char *)src + done, piece);
+        if ((s = slot_send(d, i, dst.buffer, dst.offset + done, piece))) return s;
         done += piece;
     }
     return KILN_OK;
@@ -271,8 +363,11 @@ kiln_status kiln__vk_download(kiln_vk_device *d, kiln_vk_span src, void *dst, si
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
         kiln_status s;
-        if ((s = transfer(d, src.buffer, src.offset + done, d->staging_buf, 0, piece, 0))) return s;
-        memcpy((char *)dst + done, d->staging_map, piece);
+        int i;
+        if ((s = slot_take(d, &i)) ||
+            (s = transfer(d, src.buffer, src.offset + done, d->staging_buf, slot_offset(d, i), piece, 0)))
+            return s;
+        memcpy((char *)dst + done, (const char *)d->staging_map + slot_offset(d, i), piece);
         done += piece;
     }
     return KILN_OK;
@@ -286,8 +381,11 @@ kiln_status kiln__vk_fill(kiln_vk_device *d, kiln_vk_span dst, int value, size_t
     /* Unaligned ends: the bytes go through the ring. */
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
-        memset(d->staging_map, value, piece);
-        if ((s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + done, piece, 0))) return s;
+        int i;
+        if ((s = slot_take(d, &i))) return s;
+        memset((char *)d->staging_map + slot_offset(d, i), value, piece);
+        if ((s = transfer(d, d->staging_buf, slot_offset(d, i), dst.buffer, dst.offset + done, piece, 0)))
+            return s;
         done += piece;
     }
     return KILN_OK;
@@ -302,8 +400,10 @@ kiln_status kiln__vk_copy(kiln_vk_device *d, kiln_vk_span src, kiln_vk_span dst,
     for (size_t done = 0; done < size;) {
         size_t piece = (size_t)KILN__MIN((VkDeviceSize)(size - done), d->staging_size);
         size_t at = dst.offset > src.offset ? size - done - piece : done;
-        if ((s = transfer(d, src.buffer, src.offset + at, d->staging_buf, 0, piece, 0)) ||
-            (s = transfer(d, d->staging_buf, 0, dst.buffer, dst.offset + at, piece, 0)))
+        int i;
+        if ((s = slot_take(d, &i)) ||
+            (s = transfer(d, src.buffer, src.offset + at, d->staging_buf, slot_offset(d, i), piece, 0)) ||
+            (s = transfer(d, d->staging_buf, slot_offset(d, i), dst.buffer, dst.offset + at, piece, 0)))
             return s;
         done += piece;
     }

@@ -82,6 +82,8 @@ static int bucket(VkDeviceSize size) {
 
 static void block_release_memory(kiln_vk_pool *p, vk_block *b) {
     kiln_vk_fns *fn = p->dev->fn;
+    /* An upload still in flight may write into it; on a lost device there is nothing left to wait for. */
+    (void)kiln__vk_drain(p->dev);
     if (b->buf) fn->vkDestroyBuffer(p->dev->device, b->buf, NULL);
     p->generation++;
     if (b->mem) {
