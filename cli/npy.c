@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fail(char *err, size_t cap, const char *fmt, ...) {
@@ -164,12 +165,30 @@ int npy_parse(const uint8_t *buf, size_t len, npy_array *out, char *err, size_t 
     return 0;
 }
 
-int npy_write_f32(const char *path, int32_t rank, const int64_t *shape, const float *data) {
-    char header[64 + 24 * KILN_MAX_ONNX_RANK];
-    size_t n = 1, len;
-    FILE *f;
-    int at = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+/* The descr NumPy writes for type, or NULL for one the writer does not write. */
+static const char *descr_of(kiln_onnx_type type, size_t *es) {
+    switch (type) {
+    case KILN_ONNX_FLOAT: return *es = 4, "<f4";
+    case KILN_ONNX_INT64: return *es = 8, "<i8";
+    case KILN_ONNX_INT32: return *es = 4, "<i4";
+    case KILN_ONNX_BOOL: return *es = 1, "|b1";
+    case KILN_ONNX_UINT8: return *es = 1, "|u1";
+    case KILN_ONNX_INT8: return *es = 1, "|i1";
+    default: return NULL;
+    }
+}
+
+int npy_image(kiln_onnx_type type, int32_t rank, const int64_t *shape, const void *data, uint8_t **out,
+              size_t *out_len) {
+    char header[96 + 24 * KILN_MAX_ONNX_RANK];
+    size_t n = 1, len, es = 0, bytes;
+    const char *descr = descr_of(type, &es);
+    int at;
+    *out = NULL;
+    if (!descr || rank < 0 || rank > KILN_MAX_ONNX_RANK) return errno = EINVAL, -1;
+    at = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int32_t i = 0; i < rank; i++) {
+        if (shape[i] < 0 || (shape[i] && n > SIZE_MAX / es / (size_t)shape[i])) return errno = EOVERFLOW, -1;
         at += snprintf(header + at, sizeof header - (size_t)at, "%lld,%s", (long long)shape[i],
                        i + 1 < rank ? " " : "");
         n *= (size_t)shape[i];
@@ -179,11 +198,29 @@ int npy_write_f32(const char *path, int32_t rank, const int64_t *shape, const fl
     while ((10 + len + 1) % 64)
         header[len++] = ' '; /* data aligned to 64 bytes, as NumPy does */
     header[len++] = '\n';
-    if (!(f = fopen(path, "wb"))) return -1;
+    bytes = n * es;
+    if (bytes > SIZE_MAX - 10 - len || !(*out = malloc(10 + len + bytes))) return errno = ENOMEM, -1;
     uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(len & 0xff), (uint8_t)(len >> 8)};
-    bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, len, f) == len &&
-              fwrite(data, sizeof(float), n, f) == n;
+    memcpy(*out, pre, 10);
+    memcpy(*out + 10, header, len);
+    if (bytes) memcpy(*out + 10 + len, data, bytes);
+    *out_len = 10 + len + bytes;
+    return 0;
+}
+
+int npy_write(const char *path, kiln_onnx_type type, int32_t rank, const int64_t *shape, const void *data) {
+    uint8_t *image;
+    size_t len;
+    FILE *f;
+    bool ok;
+    if (npy_image(type, rank, shape, data, &image, &len)) return -1;
+    if (!(f = fopen(path, "wb"))) {
+        free(image);
+        return -1;
+    }
+    ok = fwrite(image, 1, len, f) == len;
     if (fclose(f) != 0) ok = false;
+    free(image);
     if (!ok && !errno) errno = EIO;
     return ok ? 0 : -1;
 }

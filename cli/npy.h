@@ -1,6 +1,7 @@
 /*
- * npy.h - NumPy's .npy format, as far as `kiln onnx run` needs it: little-endian float32 ('<f4') and int64
- * ('<i8') arrays in C order, format versions 1.0, 2.0 and 3.0, of rank 0 to KILN_MAX_ONNX_RANK.
+ * npy.h - NumPy's .npy format, as far as `kiln onnx run` needs it: the reader takes little-endian float32
+ * ('<f4') and int64 ('<i8') arrays in C order, format versions 1.0, 2.0 and 3.0, of rank 0 to
+ * KILN_MAX_ONNX_RANK; the writer writes every type a session outputs.
  *
  * The reader is an input surface (any file a user names): the magic, the version, the header length
  * against the file, the header's Python-literal dict (its three keys, each once, nothing else), every dim
@@ -28,7 +29,12 @@ typedef struct npy_array {
 /* Parse the .npy image buf[0..len). Returns 0, or -1 with a message in err (NUL-terminated, cap bytes). */
 int npy_parse(const uint8_t *buf, size_t len, npy_array *out, char *err, size_t cap);
 
-/* Write a float32 array of the given shape to path. Returns 0, or -1 with errno set. */
-int npy_write_f32(const char *path, int32_t rank, const int64_t *shape, const float *data);
+/* The .npy image of an array of the given type and shape (float32, int64, int32, bool, uint8, int8: what an
+ * ONNX session's outputs are), in a buffer the caller frees. Returns 0, or -1 with errno set (EINVAL for a
+ * type the writer does not write). */
+int npy_image(kiln_onnx_type type, int32_t rank, const int64_t *shape, const void *data, uint8_t **out,
+              size_t *len);
+/* The same image written to path. Returns 0, or -1 with errno set. */
+int npy_write(const char *path, kiln_onnx_type type, int32_t rank, const int64_t *shape, const void *data);
 
 #endif

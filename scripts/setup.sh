@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the build and the tests need, on a fresh Debian machine: a C compiler, CMake, make, clang
-# with its libFuzzer runtime (for the fuzz target), the server's libraries (libmicrohttpd, jansson), and
+# with its libFuzzer runtime (for the fuzz target), the server's libraries (libmicrohttpd, jansson), libzip
+# (the .npz archives of `kiln onnx run`), and
 # for the Vulkan backend its headers, the glslc shader compiler, Mesa's drivers (lavapipe, the CPU Vulkan
 # device the tests run on) and vulkaninfo. Installs only what is missing; needs root
 # (or sudo) only when something is missing.
@@ -12,7 +13,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
-for lib in libmicrohttpd:libmicrohttpd-dev jansson:libjansson-dev; do
+for lib in libmicrohttpd:libmicrohttpd-dev jansson:libjansson-dev libzip:libzip-dev; do
   pkg-config --exists "${lib%%:*}" 2>/dev/null || need+=("${lib#*:}")
 done
 [ -f /usr/include/vulkan/vulkan_core.h ] || need+=(libvulkan-dev)

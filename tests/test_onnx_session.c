@@ -125,11 +125,14 @@ static void bad_runs_and_reads_are_named_errors(void) {
     CHECK_STATUS(kiln_onnx_session_run(s, in, 1), KILN_E_NOT_FOUND);
     CHECK_ERROR_MENTIONS("input 'q' is not one the model takes");
     CHECK_STATUS(kiln_onnx_session_run(s, in, 0), KILN_E_INVALID_ARG);
-    CHECK_ERROR_MENTIONS("0 inputs given, the model takes 1");
+    CHECK_ERROR_MENTIONS("0 inputs given, the model takes 1: input 'x' is missing");
     in[0] = input("x", 2, x);
     in[1] = input("x", 2, x);
     CHECK_STATUS(kiln_onnx_session_run(s, in, 2), KILN_E_INVALID_ARG);
-    CHECK_ERROR_MENTIONS("2 inputs given");
+    CHECK_ERROR_MENTIONS("input 'x' is given twice");
+    in[1] = input("q", 2, x); /* one input too many: the extra one is named */
+    CHECK_STATUS(kiln_onnx_session_run(s, in, 2), KILN_E_NOT_FOUND);
+    CHECK_ERROR_MENTIONS("input 'q' is not one the model takes");
     in[0].shape[1] = 4;
     CHECK_STATUS(kiln_onnx_session_run(s, in, 1), KILN_E_INVALID_ARG);
     CHECK_ERROR_MENTIONS("input 'x': dim 1 is 4, the model's is 3");

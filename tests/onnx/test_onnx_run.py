@@ -450,6 +450,97 @@ def test_the_cli_runs_a_model_on_npy_inputs_and_writes_npy_outputs(kiln_cli, tmp
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference(model, {"x": x})[0], rtol=tol(16), atol=tol(16))
 
 
+def test_the_cli_reads_npz_inputs_and_writes_one_npz_of_outputs(kiln_cli, tmp_path):
+    """An .npz names its inputs itself (member NAME.npy is input NAME), stored (numpy.savez) or deflated
+    (savez_compressed), mixed with a .npy; --output writes every output into one archive numpy.load reads.
+    The BERT export takes int64 ids and mask; its outputs are checked against onnxruntime's, committed beside
+    it, at the tolerance test_onnx_torch_models.py derives (K = 64, depth 4)."""
+    import pathlib
+    import subprocess
+
+    here = pathlib.Path(__file__).resolve().parent / "torch_models"
+    ref = np.load(here / "bert-dynamo.npz")
+    bert = str(here / "bert-dynamo.onnx")
+    for save in (np.savez, np.savez_compressed):
+        save(tmp_path / "in.npz", input_ids=ref["in1.input_ids"], attention_mask=ref["in1.attention_mask"])
+        r = subprocess.run([kiln_cli, "onnx", "run", bert, "-i", str(tmp_path / "in.npz"), "--output",
+                            str(tmp_path / "out.npz"), "-t", "2"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert f"1 outputs -> {tmp_path / 'out.npz'}" in r.stdout, r.stdout
+        out = np.load(tmp_path / "out.npz")
+        assert list(out.keys()) == ["last_hidden_state"]
+        bound = 1e-5 * math.sqrt(64) * 4
+        np.testing.assert_allclose(out["last_hidden_state"], ref["out1.last_hidden_state"], rtol=bound, atol=bound)
+    # one input from the archive, the other from a .npy; every output type the session gives is written
+    np.savez(tmp_path / "ids.npz", input_ids=ref["in0.input_ids"])
+    np.save(tmp_path / "mask.npy", ref["in0.attention_mask"])
+    r = subprocess.run([kiln_cli, "onnx", "run", bert, "-i", str(tmp_path / "ids.npz"), "-i",
+                        f"attention_mask={tmp_path / 'mask.npy'}", "--output", str(tmp_path / "out0.npz")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    bound = 1e-5 * math.sqrt(64) * 4
+    np.testing.assert_allclose(np.load(tmp_path / "out0.npz")["last_hidden_state"], ref["out0.last_hidden_state"],
+                               rtol=bound, atol=bound)
+
+
+def _zip_with(tmp_path, members):
+    import zipfile
+
+    path = tmp_path / "bad.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("member_not_npy", "member 'notes.txt' is not NAME.npy"),
+    ("member_not_numpy", "member 'x.npy': not a .npy file"),
+    ("unknown_input", "input 'nope' is not one the model takes"),
+    ("given_twice", "input 'x' is given twice"),
+    ("truncated", "not a .npz (ZIP) archive"),
+    ("crc", "member 'x.npy'"),
+    ("named", "a .npz names its inputs itself"),
+])
+def test_the_cli_refuses_a_malformed_npz_by_name(kiln_cli, tmp_path, case, message):
+    import io
+    import subprocess
+
+    onnx.save(mlp(17), tmp_path / "mlp.onnx")
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    good = io.BytesIO()
+    np.save(good, x)
+    arg = None
+    if case == "member_not_npy":
+        path = _zip_with(tmp_path, {"notes.txt": b"hello"})
+    elif case == "member_not_numpy":
+        path = _zip_with(tmp_path, {"x.npy": b"not numpy"})
+    elif case == "unknown_input":
+        path = _zip_with(tmp_path, {"x.npy": good.getvalue(), "nope.npy": good.getvalue()})
+    elif case == "given_twice":
+        path = _zip_with(tmp_path, {"x.npy": good.getvalue()})
+        np.save(tmp_path / "x.npy", x)
+        arg = ["-i", f"x={tmp_path / 'x.npy'}", "-i", str(path)]
+    elif case == "truncated":
+        np.savez(tmp_path / "t.npz", x=x)
+        path = tmp_path / "t.npz"
+        path.write_bytes(path.read_bytes()[:-30])
+    elif case == "crc":
+        np.savez(tmp_path / "c.npz", x=x)
+        path = tmp_path / "c.npz"
+        data = bytearray(path.read_bytes())
+        data[data.index(b"NUMPY") + 100] ^= 0x01  # a data byte of the stored member: its CRC no longer matches
+        path.write_bytes(bytes(data))
+    else:
+        np.savez(tmp_path / "n.npz", x=x)
+        path = tmp_path / "n.npz"
+        arg = ["-i", f"x={path}"]
+    r = subprocess.run([kiln_cli, "onnx", "run", str(tmp_path / "mlp.onnx")] + (arg or ["-i", str(path)]),
+                       capture_output=True, text=True)
+    assert r.returncode in (1, 2), r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+
+
 def test_the_cli_benchmarks_a_model_at_the_shapes_dims_gives(kiln_cli):
     """kiln onnx bench: one compile for the shapes, then the timed runs' summary; a bad --dims or --weights is
     a usage error or a named failure."""

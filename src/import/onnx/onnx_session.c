@@ -278,8 +278,9 @@ static kiln_status key_of(const kiln_onnx_session *s, const kiln_onnx_buffer *in
     bool bound[KILN_ONNX_MAX_SYMS] = {false};
     kiln_status st;
     key[0] = 1;
-    if (n_inputs != s->m->n_feed || (n_inputs && !inputs))
+    if (n_inputs < 0 || (n_inputs && !inputs))
         return kiln__error(KILN_E_INVALID_ARG, "%d inputs given, the model takes %d", n_inputs, s->m->n_feed);
+    /* Each given input by name first (an unknown or repeated one is named), then what is missing. */
     for (int32_t k = 0; k < n_inputs; k++) {
         const kiln_onnx_buffer *b = &inputs[k];
         int32_t i = b->name ? feed_index(s, b->name) : -1;
@@ -290,6 +291,11 @@ static kiln_status key_of(const kiln_onnx_session *s, const kiln_onnx_buffer *in
         slot[i] = b;
         if ((st = check_buffer(s, i, b, key, bound, shapes_only))) return st;
     }
+    for (int32_t i = 0; i < s->m->n_feed; i++)
+        if (!slot[i])
+            return kiln__error(KILN_E_INVALID_ARG,
+                               "%d inputs given, the model takes %d: input '%s' is missing", n_inputs,
+                               s->m->n_feed, s->input_names[i]);
     return KILN_OK;
 }
 
