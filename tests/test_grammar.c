@@ -6,6 +6,8 @@
  */
 #include "harness.h"
 
+#include "grammar/grammar.h"
+
 #include <stdlib.h>
 
 static kiln_grammar *parse(const char *text) {
@@ -193,6 +195,49 @@ static void refuses_runaway_ambiguity_by_name(void) {
     free(text);
 }
 
+/* A grammar in which every character can close any of the groups still open (fuzz_grammar's timeout of the
+ * seventh session: this rule with .{0,3} and 950 bytes of text took 7 s a mask over 512 tokens) keeps more
+ * parse stacks, and deeper ones, the more text it has seen, and a mask walks them for every token prefix:
+ * its work grows with the square of the text. Each mask's walk is bounded (KG_MAX_MASK_WORK): past the
+ * bound it is refused by name, and the state is as it was: under the default bound the same matcher's mask
+ * is the one a fresh matcher makes, and the text goes on. */
+static void a_mask_past_its_work_bound_is_refused_by_name(void) {
+    kiln_grammar *g = parse("root ::= \"\" | [^] root .{0,3}");
+    kiln_gguf *f = NULL;
+    kiln_vocab *vocab = NULL;
+    kiln_grammar_vocab *gv = NULL;
+    kiln_grammar_matcher *m = NULL, *fresh = NULL;
+    const uint32_t *bits, *want;
+    char text[24];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (char)('a' + i % 7);
+    CHECK_OK(kiln_gguf_open(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"), &f));
+    CHECK_OK(kiln_vocab_create(f, &vocab));
+    CHECK_OK(kiln_grammar_vocab_create(vocab, NULL, 0, &gv));
+    if (!g || !gv) goto done;
+    CHECK_OK(kiln_grammar_matcher_create(g, gv, &m));
+    CHECK_OK(kiln_grammar_matcher_create(g, gv, &fresh));
+    if (!m || !fresh) goto done;
+    CHECK_OK(kiln_grammar_matcher_accept_text(m, text, sizeof text));
+    CHECK_OK(kiln_grammar_matcher_accept_text(fresh, text, sizeof text));
+    kiln__grammar_matcher_set_mask_work_limit(m, 100000); /* these 24 characters: 8 to 16 million */
+    CHECK_STATUS(kiln_grammar_matcher_mask(m, &bits), KILN_E_UNSUPPORTED);
+    CHECK_ERROR_MENTIONS("units of work");
+    kiln__grammar_matcher_set_mask_work_limit(m, KG_MAX_MASK_WORK);
+    CHECK_OK(kiln_grammar_matcher_mask(m, &bits));
+    CHECK_OK(kiln_grammar_matcher_mask(fresh, &want));
+    CHECK(memcmp(bits, want, (size_t)(kiln_grammar_vocab_n_tokens(gv) + 31) / 32 * 4) == 0);
+    CHECK(bits[0] || bits[1]); /* [^] allows every character: some token is allowed */
+    CHECK_OK(kiln_grammar_matcher_accept_text(m, "xyz", 3));
+done:
+    kiln_grammar_matcher_destroy(m);
+    kiln_grammar_matcher_destroy(fresh);
+    kiln_grammar_vocab_destroy(gv);
+    kiln_vocab_destroy(vocab);
+    kiln_gguf_close(f);
+    kiln_grammar_destroy(g);
+}
+
 /* Thirty nullable references in a row, each with two ways to match nothing, reach the "a" or "b" after
  * them along 2^30 paths; the matcher expands each reference once per stack below it, so such grammars
  * (a JSON object of many optional fields compiles to one) match in a few steps per character. Without
@@ -329,6 +374,7 @@ int main(void) {
     RUN(carries_partial_utf8_between_pieces);
     RUN(refuses_runaway_ambiguity_by_name);
     RUN(nullable_references_in_a_row_expand_once);
+    RUN(a_mask_past_its_work_bound_is_refused_by_name);
     RUN(masks_equal_per_token_matching);
     RUN(the_sampler_draws_only_what_the_grammar_allows);
     return harness_finish();

@@ -28,6 +28,10 @@
 #define KG_MAX_DEPTH 1024u         /* positions on one parse stack while matching */
 #define KG_MEMO_MAX (1u << 16)     /* prefixes and expansions the memo of one set holds (then it stops) */
 #define KG_MAX_STACKS 4096u        /* parse stacks alive at once while matching */
+/* Work of one mask's walk (kg_work.work: words of parse stacks read and written, and expansion steps, summed
+ * over the walk's advances), which bounds its time: about 11 ns a unit on a Zen 1 core, so at most ~0.7 s;
+ * the heaviest mask grammar_bench measures (a JSON schema, a 150,000-token vocabulary) takes 407,504. */
+#define KG_MAX_MASK_WORK (1ull << 26)
 #define KG_MAX_STEPS                                                                                         \
     (1u << 20) /* expansion steps to match one character: nested nullable groups can                         \
                 * make the expansion exponential in the nesting (a 664-byte grammar                          \
@@ -94,6 +98,8 @@ typedef struct kg_work {
     size_t building; /* where the set being built starts */
     uint32_t building_count;
     uint32_t steps;         /* expansion steps of the set being built (KG_MAX_STEPS) */
+    uint64_t work;          /* work of the advances since it was zeroed: words read and written, steps */
+    uint64_t work_limit;    /* passing it is KILN_E_UNSUPPORTED (a mask's bound, KG_MAX_MASK_WORK); 0: none */
     kiln_status st;         /* sticky: out of memory, or a limit of grammar.h passed */
     struct kg_order *order; /* (order_cap) scratch for sorting a finished set */
     uint32_t order_cap;
@@ -124,6 +130,8 @@ bool kiln__kg_equal(const kg_work *w, const kg_set *a, const uint32_t *b_data, s
 
 /* The vocabulary size of a matcher's masks (0 when it has no vocabulary). */
 int32_t kiln__grammar_matcher_n_vocab(const kiln_grammar_matcher *m);
+/* Test hook: the work one mask may take (default KG_MAX_MASK_WORK), so a test meets the bound quickly. */
+void kiln__grammar_matcher_set_mask_work_limit(kiln_grammar_matcher *m, uint64_t limit);
 
 /* Incremental UTF-8 decoding of a token's bytes. */
 typedef struct kg_utf8 {

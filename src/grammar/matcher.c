@@ -43,6 +43,7 @@ struct kiln_grammar_matcher {
     uint64_t clock;
     kg_dfa dfa;
     kiln_grammar_stats stats;
+    uint64_t mask_work_limit; /* KG_MAX_MASK_WORK, or a test's */
 };
 
 static void reset_state(kiln_grammar_matcher *m) {
@@ -60,6 +61,7 @@ kiln_status kiln_grammar_matcher_create(const kiln_grammar *g, const kiln_gramma
     kiln_grammar_matcher *m = kiln__calloc(1, sizeof *m);
     if (!m) return kiln__nomem("the grammar matcher");
     m->g = g, m->v = v;
+    m->mask_work_limit = KG_MAX_MASK_WORK;
     kiln_status st = kiln__kg_work_init(&m->w, g);
     if (st == KILN_OK && v) {
         m->words = ((size_t)v->n_vocab + 31) / 32;
@@ -343,10 +345,13 @@ kiln_status kiln_grammar_matcher_mask(kiln_grammar_matcher *m, const uint32_t **
     memset(m->bits, 0, m->words * sizeof *m->bits);
     kiln__kg_dfa_trim(&m->dfa);
     uint32_t id = kiln__kg_dfa_intern(&m->dfa, &m->w, &m->cur);
+    m->w.work = 0;
+    m->w.work_limit = m->mask_work_limit;
     if (id == KG_DFA_FULL)
         walk(m, 0, &m->cur, m->u);
     else
         walk_memo(m, 0, id, m->u);
+    m->w.work_limit = 0;
     m->w.len = m->cur.end;
     if (m->w.st != KILN_OK) {
         kiln_status st = m->w.st;
@@ -364,6 +369,10 @@ void kiln_grammar_matcher_stats(const kiln_grammar_matcher *m, kiln_grammar_stat
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (m) *out = m->stats;
+}
+
+void kiln__grammar_matcher_set_mask_work_limit(kiln_grammar_matcher *m, uint64_t limit) {
+    m->mask_work_limit = limit;
 }
 
 int32_t kiln__grammar_matcher_n_vocab(const kiln_grammar_matcher *m) {

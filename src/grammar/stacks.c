@@ -407,6 +407,15 @@ kiln_status kiln__kg_advance(kg_work *w, const kg_set *in, uint32_t cp, kg_set *
         expand(w, n - 1, next);
     }
     end_set(w, out);
+    /* What this advance cost, in words: the stacks read, the set written (and sorted, hashed, interned by the
+     * caller), and the expansion steps. A mask bounds the sum over its walk (work_limit). */
+    w->work += (in->end - in->start) + (out->end - out->start) + w->steps;
+    if (w->work_limit && w->work > w->work_limit && w->st == KILN_OK)
+        w->st = kiln__error(KILN_E_UNSUPPORTED,
+                            "grammar: the token mask needs more than %llu units of work (the parse stacks "
+                            "this grammar keeps for this text are too many or too deep: a grammar that is "
+                            "this ambiguous cannot be applied token by token)",
+                            (unsigned long long)w->work_limit);
     return w->st;
 }
 
