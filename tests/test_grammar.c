@@ -208,7 +208,7 @@ static void a_mask_past_its_work_bound_is_refused_by_name(void) {
     kiln_grammar_vocab *gv = NULL;
     kiln_grammar_matcher *m = NULL, *fresh = NULL;
     const uint32_t *bits, *want;
-    char text[24];
+    char text[16];
     for (size_t i = 0; i < sizeof text; i++)
         text[i] = (char)('a' + i % 7);
     CHECK_OK(kiln_gguf_open(harness_data_path("vocab/ggml-vocab-llama-spm.gguf"), &f));
@@ -220,7 +220,7 @@ static void a_mask_past_its_work_bound_is_refused_by_name(void) {
     if (!m || !fresh) goto done;
     CHECK_OK(kiln_grammar_matcher_accept_text(m, text, sizeof text));
     CHECK_OK(kiln_grammar_matcher_accept_text(fresh, text, sizeof text));
-    kiln__grammar_matcher_set_mask_work_limit(m, 100000); /* these 24 characters: 8 to 16 million */
+    kiln__grammar_matcher_set_mask_work_limit(m, 100000); /* these 16 characters: 4 to 8 million */
     CHECK_STATUS(kiln_grammar_matcher_mask(m, &bits), KILN_E_UNSUPPORTED);
     CHECK_ERROR_MENTIONS("units of work");
     kiln__grammar_matcher_set_mask_work_limit(m, KG_MAX_MASK_WORK);
