@@ -139,6 +139,16 @@ kiln_status kiln__onnx_external(kiln_onnx *m, const char *tensor, const char *lo
     return KILN_OK;
 }
 
+void kiln__onnx_release_pages(const kiln_onnx *m) {
+#if defined(MADV_DONTNEED)
+    if (m->map) (void)madvise(m->map, m->map_size, MADV_DONTNEED);
+    for (const kiln__onnx_map *x = m->ext_maps; x; x = x->next)
+        if (x->base) (void)madvise(x->base, x->size, MADV_DONTNEED);
+#else
+    (void)m;
+#endif
+}
+
 void kiln__onnx_external_free(kiln_onnx *m) {
     kiln__onnx_map *x = m->ext_maps;
     while (x) {
