@@ -165,7 +165,8 @@ kiln_status kiln__onnx_external(kiln_onnx *m, const char *tensor, const char *lo
                                 uint64_t length, const uint8_t **data, uint64_t *size);
 void kiln__onnx_external_free(kiln_onnx *m);
 /* Hand the pages of the model's file mapping and of its external data files back to the kernel (a session
- * calls it after compiling a plan: by then the weights it reads are folded, packed or uploaded copies). The
+ * calls it after a new plan's first run: by then the weights it reads are folded, packed or uploaded
+ * copies). The
  * mappings are private and read-only, so a later read faults its page in again from the file; a model read
  * from a caller's buffer is left alone. */
 void kiln__onnx_release_pages(const kiln_onnx *m);

@@ -310,15 +310,15 @@ kiln_status kiln_onnx_session_run(kiln_onnx_session *s, const kiln_onnx_buffer *
     pthread_mutex_lock(&s->engine->lock);
     int64_t compiles = kiln__program_compiles(s->program);
     st = kiln__program_plan(s->program, key, &plan);
-    /* A new plan has read what it needs of the file (folded, packed, uploaded): the file's pages can go
-     * (BERT-base: 1.43 -> 1.02 GB resident). */
-    if (!st && kiln__program_compiles(s->program) != compiles) kiln__onnx_release_pages(s->m);
     for (int32_t i = 0; !st && i < s->m->n_feed; i++) {
         void *data = NULL;
         if (!(st = convert_input(s, i, slot[i], &data))) kiln__program_bind(plan, i, data);
     }
     if (!st) st = kiln__program_run(s->program, plan);
     if (!st) st = convert_outputs(s, plan);
+    /* A new plan's first run has read what it needs of the file into folded constants, packed copies and
+     * device uploads: the file's pages can go (BERT-base: 1.43 -> 1.02 GB resident). */
+    if (!st && kiln__program_compiles(s->program) != compiles) kiln__onnx_release_pages(s->m);
     pthread_mutex_unlock(&s->engine->lock);
     if (st) return st;
     s->last = plan;
