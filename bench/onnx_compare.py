@@ -135,6 +135,26 @@ def cpu_name():
         return platform.processor() or "unknown CPU"
 
 
+def ort_session(blob, threads):
+    """onnxruntime as the comparisons run it: `threads` intra-op threads, sequential, every graph optimization."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+
+
+def make_feed(exported, batch, seq):
+    """The inputs of one configuration: token ids in [0, 1000) and a mask of ones for an exported HF model,
+    else x [batch, seq, D] of normal floats; from a seed of the shape, so every engine gets the same."""
+    rng = np.random.default_rng(batch * 1000 + seq)
+    if exported:
+        return {"input_ids": rng.integers(0, 1000, (batch, seq), dtype=np.int64),
+                "attention_mask": np.ones((batch, seq), np.int64)}
+    return {"x": rng.standard_normal((batch, seq, D)).astype(np.float32)}
+
+
 SETTLE_S = 0.1  # idle time before each sample (see sample_ms)
 
 
@@ -195,12 +215,7 @@ def main():
     for kind in a.models.split(","):
         blob = open(files[kind], "rb").read() if kind in files else make_model(kind)
         for threads in ints(a.threads):
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            so.inter_op_num_threads = 1
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            ref = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            ref = ort_session(blob, threads)
             ko = kiln.SessionOptions()
             ko.intra_op_num_threads = threads
             ks = kiln.InferenceSession(blob, ko)
@@ -209,12 +224,7 @@ def main():
                 kq = kiln.InferenceSession(blob, ko)
             for batch in ints(a.batch):
                 for seq in ints(a.seq):
-                    rng = np.random.default_rng(batch * 1000 + seq)
-                    if kind in files:
-                        feed = {"input_ids": rng.integers(0, 1000, (batch, seq), dtype=np.int64),
-                                "attention_mask": np.ones((batch, seq), np.int64)}
-                    else:
-                        feed = {"x": rng.standard_normal((batch, seq, D)).astype(np.float32)}
+                    feed = make_feed(kind in files, batch, seq)
                     want = ref.run(None, feed)[0]
                     got = ks.run(None, feed)[0]
                     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))

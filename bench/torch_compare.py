@@ -143,23 +143,13 @@ def main():
         tm = torch_model(kind, blob).eval()
         for threads in ints(a.threads):
             torch.set_num_threads(threads)
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            so.inter_op_num_threads = 1
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            ref = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            ref = oc.ort_session(blob, threads)
             ko = kiln.SessionOptions()
             ko.intra_op_num_threads = threads
             ks = kiln.InferenceSession(blob, ko)
             for batch in ints(a.batch):
                 for seq in ints(a.seq):
-                    rng = np.random.default_rng(batch * 1000 + seq)
-                    if kind in files:
-                        feed = {"input_ids": rng.integers(0, 1000, (batch, seq), dtype=np.int64),
-                                "attention_mask": np.ones((batch, seq), np.int64)}
-                    else:
-                        feed = {"x": rng.standard_normal((batch, seq, D)).astype(np.float32)}
+                    feed = oc.make_feed(kind in files, batch, seq)
                     targs = [torch.from_numpy(v) for v in feed.values()]
                     compiled = None if a.no_compile else torch.compile(tm, dynamic=False)
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t cap, const char *fmt, ...) {
+int npy_fail(char *err, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, cap, fmt, ap);
@@ -69,21 +69,21 @@ static bool word(scan *s, const char *w) {
 /* (d0, d1, ...) with a trailing comma allowed: "()" is rank 0, "(5,)" rank 1. */
 static int shape_tuple(scan *s, npy_array *a, char *err, size_t cap) {
     a->rank = 0;
-    if (!eat(s, '(')) return fail(err, cap, "'shape' is not a tuple");
+    if (!eat(s, '(')) return npy_fail(err, cap, "'shape' is not a tuple");
     while (!eat(s, ')')) {
         int64_t d = 0;
         skip_space(s);
         if (s->p >= s->end || *s->p < '0' || *s->p > '9')
-            return fail(err, cap, "'shape' holds something other than a dim");
+            return npy_fail(err, cap, "'shape' holds something other than a dim");
         while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
-            if (d > (INT64_MAX - 9) / 10) return fail(err, cap, "a dim of 'shape' overflows");
+            if (d > (INT64_MAX - 9) / 10) return npy_fail(err, cap, "a dim of 'shape' overflows");
             d = d * 10 + (*s->p++ - '0');
         }
         if (a->rank == KILN_MAX_ONNX_RANK)
-            return fail(err, cap, "'shape' has over %d dims", KILN_MAX_ONNX_RANK);
+            return npy_fail(err, cap, "'shape' has over %d dims", KILN_MAX_ONNX_RANK);
         a->shape[a->rank++] = d;
         if (!eat(s, ',')) {
-            if (!eat(s, ')')) return fail(err, cap, "'shape' is not a tuple of dims");
+            if (!eat(s, ')')) return npy_fail(err, cap, "'shape' is not a tuple of dims");
             break;
         }
     }
@@ -93,41 +93,42 @@ static int shape_tuple(scan *s, npy_array *a, char *err, size_t cap) {
 /* The dict: 'descr', 'fortran_order' and 'shape', each exactly once, in any order. */
 static int header_dict(scan *s, npy_array *a, char *err, size_t cap) {
     bool have_descr = false, have_order = false, have_shape = false;
-    if (!eat(s, '{')) return fail(err, cap, "the header is not a dict");
+    if (!eat(s, '{')) return npy_fail(err, cap, "the header is not a dict");
     while (!eat(s, '}')) {
         const char *key, *val;
         size_t klen, vlen;
-        if (!quoted(s, &key, &klen) || !eat(s, ':')) return fail(err, cap, "the header dict is malformed");
+        if (!quoted(s, &key, &klen) || !eat(s, ':'))
+            return npy_fail(err, cap, "the header dict is malformed");
         if (klen == 5 && !memcmp(key, "descr", 5) && !have_descr) {
-            if (!quoted(s, &val, &vlen)) return fail(err, cap, "'descr' is not a string");
+            if (!quoted(s, &val, &vlen)) return npy_fail(err, cap, "'descr' is not a string");
             if (vlen == 3 && !memcmp(val, "<f4", 3))
                 a->type = KILN_ONNX_FLOAT;
             else if (vlen == 3 && !memcmp(val, "<i8", 3))
                 a->type = KILN_ONNX_INT64;
             else
-                return fail(err, cap, "element type '%.*s' (float32 '<f4' and int64 '<i8' are read)",
-                            (int)(vlen > 16 ? 16 : vlen), val);
+                return npy_fail(err, cap, "element type '%.*s' (float32 '<f4' and int64 '<i8' are read)",
+                                (int)(vlen > 16 ? 16 : vlen), val);
             have_descr = true;
         } else if (klen == 13 && !memcmp(key, "fortran_order", 13) && !have_order) {
-            if (word(s, "True")) return fail(err, cap, "Fortran order (C order is read)");
-            if (!word(s, "False")) return fail(err, cap, "'fortran_order' is not True or False");
+            if (word(s, "True")) return npy_fail(err, cap, "Fortran order (C order is read)");
+            if (!word(s, "False")) return npy_fail(err, cap, "'fortran_order' is not True or False");
             have_order = true;
         } else if (klen == 5 && !memcmp(key, "shape", 5) && !have_shape) {
             if (shape_tuple(s, a, err, cap)) return -1;
             have_shape = true;
         } else {
-            return fail(err, cap, "the header has an unknown or repeated key '%.*s'",
-                        (int)(klen > 32 ? 32 : klen), key);
+            return npy_fail(err, cap, "the header has an unknown or repeated key '%.*s'",
+                            (int)(klen > 32 ? 32 : klen), key);
         }
         if (!eat(s, ',')) {
-            if (!eat(s, '}')) return fail(err, cap, "the header dict is malformed");
+            if (!eat(s, '}')) return npy_fail(err, cap, "the header dict is malformed");
             break;
         }
     }
     if (!have_descr || !have_order || !have_shape)
-        return fail(err, cap, "the header lacks 'descr', 'fortran_order' or 'shape'");
+        return npy_fail(err, cap, "the header lacks 'descr', 'fortran_order' or 'shape'");
     skip_space(s);
-    if (s->p != s->end) return fail(err, cap, "the header has bytes after its dict");
+    if (s->p != s->end) return npy_fail(err, cap, "the header has bytes after its dict");
     return 0;
 }
 
@@ -136,31 +137,31 @@ int npy_parse(const uint8_t *buf, size_t len, npy_array *out, char *err, size_t 
     scan s;
     memset(out, 0, sizeof *out);
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
-        return fail(err, cap, "not a .npy file (no \\x93NUMPY magic)");
+        return npy_fail(err, cap, "not a .npy file (no \\x93NUMPY magic)");
     if (buf[6] == 1) {
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
         start = 10;
     } else if (buf[6] == 2 || buf[6] == 3) {
-        if (len < 12) return fail(err, cap, "truncated header");
+        if (len < 12) return npy_fail(err, cap, "truncated header");
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         start = 12;
     } else {
-        return fail(err, cap, "format version %u.%u (1.0 to 3.0 are read)", buf[6], buf[7]);
+        return npy_fail(err, cap, "format version %u.%u (1.0 to 3.0 are read)", buf[6], buf[7]);
     }
     if (hlen > NPY_MAX_HEADER || hlen > len - start)
-        return fail(err, cap, "header of %zu bytes, over the %zu bytes after it in the file", hlen,
-                    len - start);
+        return npy_fail(err, cap, "header of %zu bytes, over the %zu bytes after it in the file", hlen,
+                        len - start);
     s.p = (const char *)buf + start;
     s.end = s.p + hlen;
     if (header_dict(&s, out, err, cap)) return -1;
     for (int32_t i = 0; i < out->rank; i++)
         if (out->shape[i] != 0 && n > SIZE_MAX / 8 / (uint64_t)out->shape[i])
-            return fail(err, cap, "the element count overflows");
+            return npy_fail(err, cap, "the element count overflows");
         else
             n *= (size_t)out->shape[i];
     out->size = n * (out->type == KILN_ONNX_FLOAT ? 4 : 8);
     if (out->size != len - start - hlen)
-        return fail(err, cap, "%zu bytes of data, the shape needs %zu", len - start - hlen, out->size);
+        return npy_fail(err, cap, "%zu bytes of data, the shape needs %zu", len - start - hlen, out->size);
     out->data = buf + start + hlen;
     return 0;
 }

@@ -26,6 +26,10 @@ typedef struct npy_array {
     size_t size;         /* bytes of data */
 } npy_array;
 
+/* Write the message into err (NUL-terminated, cap bytes) and return -1: the readers' refusals (npy.c, npz.c).
+ */
+int npy_fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Parse the .npy image buf[0..len). Returns 0, or -1 with a message in err (NUL-terminated, cap bytes). */
 int npy_parse(const uint8_t *buf, size_t len, npy_array *out, char *err, size_t cap);
 
