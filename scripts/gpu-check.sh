@@ -39,13 +39,16 @@ usage: scripts/gpu-check.sh local|prepare|run [options]
   --quick          stories-sized models, pp32 and tg8, one run each, step limits x3: proves the flow end
                    to end on lavapipe (llama.cpp told to use it too, GGML_VK_VISIBLE_DEVICES=0)
   --no-tests       skip test_backend_ops, test_vulkan and test_arch (bench only)
+  --profile        kiln bench --profile: after each file's bench, where a run's time goes and each device
+                   kernel's share (docs/vulkan.md, Profiling)
+  --no-7b          skip the Llama-2-7B-shaped file (its synth and benches take about half the budget)
 Environment: GPU_CHECK_BUILD (build folder, default build/), GPU_CHECK_ANCHOR (the llama.cpp tarball,
 default ../shared/anchors/llama.cpp-0c1e570-vulkan-debian12.tar.xz), GPU_CHECK_MODELS (where the files are
 made, default /tmp/gpu-check-models).
 EOF
 }
 
-BANDWIDTH=3350 BUDGET=330 REPS=2 QUICK=0 RUN_TESTS=1 SCALE=1
+BANDWIDTH=3350 BUDGET=330 REPS=2 QUICK=0 RUN_TESTS=1 SCALE=1 BIG_TOO=1 PROFILE=()
 MODE=${1:-}
 [ $# -gt 0 ] && shift
 while [ $# -gt 0 ]; do
@@ -55,6 +58,8 @@ while [ $# -gt 0 ]; do
     --reps) REPS=$2; shift 2 ;;
     --quick) QUICK=1 REPS=1 SCALE=3; shift ;; # lavapipe: every step limit three times as long
     --no-tests) RUN_TESTS=0; shift ;;
+    --no-7b) BIG_TOO=0; shift ;;
+    --profile) PROFILE=(--profile); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -94,8 +99,12 @@ prepare() {
     local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
     mkdir -p /tmp/amd64/partial
     # shellcheck disable=SC2086
-    { apt-get $o update >/dev/null && (cd "$PACK/gl" && apt-get $o download libvulkan1 >/dev/null); } ||
-        { echo "gpu-check: could not download libvulkan1" >&2; return 1; }
+    # The loader alone is not enough: NVIDIA's ICD (libGLX_nvidia) needs libglvnd's dispatch library, and a
+    # machine without it answers vkCreateInstance with VK_ERROR_INCOMPATIBLE_DRIVER.
+    # shellcheck disable=SC2086
+    { apt-get $o update >/dev/null && (cd "$PACK/gl" && apt-get $o download libvulkan1 libglvnd0 libegl1 libgl1 \
+        libglx0 libgles2 libopengl0 >/dev/null); } ||
+        { echo "gpu-check: could not download the loaders" >&2; return 1; }
     [ -f "$ANCHOR" ] && cp "$ANCHOR" "$PACK/" || echo "gpu-check: no llama.cpp anchor at $ANCHOR (its columns stay empty)"
     # The tests find their data under the source and build folders compiled into them.
     printf '%s\n%s\n' "$ROOT" "$BUILD" >"$PACK/paths"
@@ -107,10 +116,10 @@ prepare() {
 
 # ------------------------------------------------------------------------------------ run: the setup
 setup_packed() {
-    if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; then
-        for f in "$PACK"/gl/*.deb; do dpkg -x "$f" / || return 1; done
-        ldconfig
-    fi
+    # The device README's recipe: every loader unpacked, every run (a bare machine may have the Vulkan
+    # loader and lack libglvnd, or the reverse).
+    for f in "$PACK"/gl/*.deb; do dpkg -x "$f" / || return 1; done
+    ldconfig
     local nv=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     if [ -f $nv ] && ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
         export VK_DRIVER_FILES=$nv __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
@@ -204,6 +213,7 @@ synth_all() {
         # shellcheck disable=SC2086
         step 60 "synth tl-$t" - kiln synth $SHAPE --type $t -o "$MODELS/tl-$t.gguf" && NAMES+=("tl-$t")
     done
+    [ "$BIG_TOO" = 1 ] || return 0
     # shellcheck disable=SC2086
     step 120 "synth 7b-q4_0" - kiln synth $BIG --type q4_0 -o "$MODELS/7b-q4_0.gguf" && NAMES+=("7b-q4_0")
 }
@@ -217,7 +227,7 @@ bench_all() {
         [ "$name" = 7b-q4_0 ] && reps=1
         log "bench $name"
         step 90 "kiln bench $name" "$RES/$name.kiln.json" kiln bench -m "$MODELS/$name.gguf" --device vulkan \
-            -p $pp -n $tg -r "$reps" --no-bandwidth -o json
+            -p $pp -n $tg -r "$reps" --no-bandwidth -o json "${PROFILE[@]}"
         [ -n "$LCP" ] && step 60 "llama-bench $name" "$RES/$name.llama.json" llama_bench -m "$MODELS/$name.gguf" \
             -ngl 99 -p $pp -n $tg -r "$reps" -o json
     done
@@ -229,6 +239,12 @@ run_checks() {
     export -f kiln ktest llama_bench goldens
     log "kiln devices"
     kiln devices || FAILED+=("kiln devices")
+    # Without a Vulkan device every number below would be the CPU's (llama.cpp's too): stop here, and say why.
+    if ! kiln devices 2>/dev/null | grep -q '^vulkan:'; then
+        echo "gpu-check: no Vulkan device; the loader says:"
+        VK_LOADER_DEBUG=error,warn kiln devices 2>&1 | head -30
+        return 1
+    fi
     if [ "$RUN_TESTS" = 1 ]; then
         log "goldens on the device"
         step 60 "greedy goldens on vulkan" - goldens
