@@ -11,6 +11,7 @@
  */
 #include "bandwidth.h"
 #include "common.h"
+#include "profile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +42,9 @@ static const char bench_help[] =
     "  --no-bandwidth      skip the start-up read-bandwidth probe (a few seconds: the best of several\n"
     "                      access patterns, page sizes and thread counts)\n"
     "  -v, --verbose       print every pattern the bandwidth probe tries to stderr\n"
+    "  --profile           time every device kernel of the measured runs (not the warm-up) and print\n"
+    "                      a table per test to stderr: where a run's wall time goes (recording,\n"
+    "                      the device, the host) and each kernel's share (docs/vulkan.md, Profiling)\n"
     "  --lookup, --model-draft F  speculative mode: greedy generation after a prompt, plain against\n"
     "                      speculative (`kiln bench --lookup --help`)\n"
     "  -h, --help          this text\n";
@@ -52,7 +56,7 @@ typedef struct bench_options {
     const char *model, *output;
     long n_prompt, n_gen, reps;
     cli_engine engine;
-    bool bandwidth, verbose;
+    bool bandwidth, verbose, profile;
 } bench_options;
 
 typedef struct bench_result {
@@ -76,6 +80,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) ok = cli_arg_str("bench", argc, argv, &i, &o->output);
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
+        else if (!strcmp(a, "--profile")) o->profile = true;
         else if (!cli_arg_engine("bench", argc, argv, &i, &o->engine, &ok))
             return cli_usage_error("bench", "unknown option '%s'", a);
         if (!ok) return CLI_USAGE;
@@ -117,13 +122,29 @@ static double run_once(kiln_ctx *ctx, const int32_t *toks, long n, bool gen) {
     return (double)n / (cli_now_seconds() - t0);
 }
 
-static int run_test(kiln_ctx *ctx, const int32_t *toks, long n, bool gen, long reps, bench_result *out) {
-    double sum = 0, sum2 = 0, v;
+/* With profile, the measured runs (not the warm-up) are profiled and the table printed to stderr. */
+static int run_test(kiln_model *m, kiln_ctx *ctx, const int32_t *toks, long n, bool gen, long reps, bool profile,
+                    bench_result *out) {
+    double sum = 0, sum2 = 0, v, wall = 0;
+    kiln_status s;
+    /* The warm-up profiled too, so that the measured runs replay what it recorded; switching on again
+     * clears what it counted. */
+    if (profile && (s = kiln_model_profile(m, true))) return cli_fail("bench", s, "--profile");
     if (run_once(ctx, toks, n, gen) < 0) return CLI_FAIL; /* warm-up */
+    if (profile) kiln_model_profile(m, true);
     for (long r = 0; r < reps; r++) {
         if ((v = run_once(ctx, toks, n, gen)) < 0) return CLI_FAIL;
         sum += v;
         sum2 += v * v;
+        wall += (double)n / v;
+    }
+    if (profile) {
+        kiln_device_profile p;
+        char test[32];
+        kiln_model_profile(m, false);
+        kiln_model_profile_read(m, &p);
+        snprintf(test, sizeof test, "%s%ld", gen ? "tg" : "pp", n);
+        cli_print_profile(stderr, test, &p, wall, reps);
     }
     out->mean = sum / (double)reps;
     out->sd = reps > 1 ? sqrt(fmax(0.0, (sum2 - sum * sum / (double)reps) / (double)(reps - 1))) : 0.0;
@@ -171,7 +192,7 @@ static void print_report(const bench_options *o, const kiln_model *m, double bw,
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_options o = {NULL, "md", 512, 128, 5, {0}, true, false};
+    bench_options o = {NULL, "md", 512, 128, 5, {0}, true, false, false};
     bench_result pp, tg;
     kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
@@ -199,8 +220,8 @@ int cmd_bench(int argc, char **argv) {
     fill_tokens(toks, cp.n_ctx, kiln_model_n_vocab(m));
     if ((s = kiln_ctx_create(m, &cp, &ctx))) rc = cli_fail("bench", s, "creating a context");
     if (!rc && o.bandwidth) bw = cli_read_bandwidth((int)o.engine.n_threads, bw_how, sizeof bw_how, o.verbose ? stderr : NULL);
-    if (!rc && o.n_prompt > 0) rc = run_test(ctx, toks, o.n_prompt, false, o.reps, &pp);
-    if (!rc && o.n_gen > 0) rc = run_test(ctx, toks, o.n_gen, true, o.reps, &tg);
+    if (!rc && o.n_prompt > 0) rc = run_test(m, ctx, toks, o.n_prompt, false, o.reps, o.profile, &pp);
+    if (!rc && o.n_gen > 0) rc = run_test(m, ctx, toks, o.n_gen, true, o.reps, o.profile, &tg);
     if (!rc) print_report(&o, m, bw, bw_how, o.n_prompt > 0 ? &pp : NULL, o.n_gen > 0 ? &tg : NULL);
     kiln_ctx_destroy(ctx);
     kiln_model_destroy(m);

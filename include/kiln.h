@@ -617,6 +617,34 @@ typedef struct kiln_model_memory {
 
 kiln_status kiln_model_memory_info(const kiln_model *model, kiln_model_memory *out);
 
+/* ---- Device kernel profile (docs/vulkan.md, Profiling) ----
+ * Off by default. While it is on, a device backend writes a device timestamp after every dispatch of every
+ * submission (replayed ones too) and adds the time since the one before to its kernel's row: with no
+ * barrier between two dispatches the second may overlap the first, and then the time is the last one's.
+ * Switching it on or off makes the device record its command buffers anew. */
+#define KILN_PROFILE_KERNELS 48
+typedef struct kiln_kernel_time {
+    char name[32];  /* the shader and its variant, e.g. "mul_mv q4_0", "attention f16" */
+    uint64_t calls; /* dispatches */
+    uint64_t ns;    /* device time */
+} kiln_kernel_time;
+
+typedef struct kiln_device_profile {
+    uint64_t computes;  /* node ranges the device backends ran: one submission each */
+    uint64_t recorded;  /* of those, recorded anew (the rest replayed a recording) */
+    uint64_t record_ns; /* host time recording them, weight uploads included */
+    uint64_t submit_ns; /* host time from submitting them until their fences signalled */
+    uint64_t kernel_ns; /* device time of the kernels: the rows' sum */
+    uint64_t unattributed; /* dispatches past a recording's timestamp capacity (in no row) */
+    int32_t n_kernels;  /* rows below, the most time first */
+    kiln_kernel_time kernels[KILN_PROFILE_KERNELS];
+} kiln_device_profile;
+
+/* on: clear the counters and start; off: stop (the counters stay readable). KILN_E_UNSUPPORTED when no
+ * backend of the model can (the CPU alone, or a device without timestamps on its compute queue). */
+kiln_status kiln_model_profile(kiln_model *model, bool on);
+kiln_status kiln_model_profile_read(const kiln_model *model, kiln_device_profile *out);
+
 /* The backends a model runs on, in priority order, as "vulkan:0 (llvmpipe ...),cpu"; valid while the
  * model lives. */
 const char *kiln_model_backends(const kiln_model *model);

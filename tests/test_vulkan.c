@@ -557,6 +557,77 @@ done:
     kiln_model_destroy(m);
 }
 
+/* ---- The kernel profile ---- */
+
+static uint64_t profiled_calls(const kiln_device_profile *p) {
+    uint64_t n = 0;
+    for (int32_t i = 0; i < p->n_kernels; i++)
+        n += p->kernels[i].calls;
+    return n;
+}
+
+/* While the profile is on, every dispatch of every submission is counted once in its kernel's row (a
+ * replay as much as a recording), the rows add up to the kernels' time, come most time first, and lie
+ * within the host's wait for those submissions; off, nothing more is counted; on again starts from zero.
+ * A model on the CPU alone has nothing to profile and says so. */
+static void the_profile_times_every_dispatch_while_it_is_on(void) {
+    kiln_ctx_params p = harness_ctx_params();
+    kiln_ctx *ctx = NULL;
+    const float *logits = NULL;
+    int32_t prompt[3] = {1, 403, 407};
+    uint64_t d0 = 0, d1 = 0, b = 0, sum = 0;
+    kiln_device_profile pr, again;
+    kiln_model *cpu = load("cpu");
+    if (cpu) CHECK_EQ_INT(kiln_model_profile(cpu, true), KILN_E_UNSUPPORTED);
+    kiln_model_destroy(cpu);
+    if (skip()) return;
+    kiln_model *m = load("vulkan");
+    p.n_ctx = 64;
+    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
+    if (!ctx) goto done;
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, 3, &logits));
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
+    kiln_backend *vk = m->engine->backends[0];
+    CHECK_OK(kiln_model_profile(m, true));
+    kiln__backend_vulkan_barriers(vk, &d0, &b);
+    CHECK_OK(kiln_ctx_decode(ctx, &prompt[1], 1, &logits)); /* profiling is in the key: recorded anew */
+    kiln__backend_vulkan_barriers(vk, &d1, &b);
+    CHECK_OK(kiln_ctx_decode(ctx, &prompt[2], 1, &logits)); /* the same step again */
+    CHECK_OK(kiln_model_profile_read(m, &pr));
+    sum = profiled_calls(&pr);
+    printf("  two profiled steps: %llu submissions, %llu recorded, %llu dispatches in %d kernels, kernels %.3f ms "
+           "of %.3f ms waited\n", (unsigned long long)pr.computes, (unsigned long long)pr.recorded,
+           (unsigned long long)sum, (int)pr.n_kernels, (double)pr.kernel_ns * 1e-6, (double)pr.submit_ns * 1e-6);
+    CHECK(d1 > d0);
+    CHECK_EQ_INT(sum, 2 * (d1 - d0));
+    CHECK_EQ_INT(pr.computes, 2);
+    CHECK(pr.recorded >= 1);
+    CHECK_EQ_INT(pr.unattributed, 0);
+    uint64_t ns = 0;
+    bool mul_mv = false;
+    for (int32_t i = 0; i < pr.n_kernels; i++) {
+        CHECK(pr.kernels[i].calls > 0);
+        if (i > 0) CHECK(pr.kernels[i].ns <= pr.kernels[i - 1].ns);
+        mul_mv |= !strcmp(pr.kernels[i].name, "mul_mv f32"); /* stories260K's weights are F32 */
+        ns += pr.kernels[i].ns;
+    }
+    CHECK(mul_mv);
+    CHECK_EQ_INT(ns, pr.kernel_ns);
+    CHECK(pr.kernel_ns > 0 && pr.kernel_ns <= pr.submit_ns);
+    CHECK_OK(kiln_model_profile(m, false));
+    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
+    CHECK_OK(kiln_model_profile_read(m, &again));
+    CHECK_EQ_INT(again.computes, pr.computes);
+    CHECK_EQ_INT(profiled_calls(&again), sum);
+    CHECK_OK(kiln_model_profile(m, true));
+    CHECK_OK(kiln_model_profile_read(m, &again));
+    CHECK_EQ_INT(again.computes, 0);
+    CHECK_EQ_INT(again.n_kernels, 0);
+done:
+    kiln_ctx_destroy(ctx);
+    kiln_model_destroy(m);
+}
+
 /* ---- The pool's buckets and LRU ---- */
 
 /* Freed buffers are kept and taken back by a request of their size bucket; beyond the cache's 256 MiB the
@@ -1029,6 +1100,7 @@ int main(void) {
     RUN(a_dispatch_waits_only_for_what_it_reads_or_overwrites);
     RUN(independent_matmuls_share_one_barrier);
     RUN(a_decode_step_waits_less_often_than_it_dispatches);
+    RUN(the_profile_times_every_dispatch_while_it_is_on);
     RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);
     RUN(the_pool_makes_at_least_half_fewer_device_allocations_than_no_pool);
     RUN(greedy_on_vulkan_reproduces_the_goldens_and_the_cpu_logits);

@@ -39,6 +39,9 @@
  *                 asks it of KV-cache leaves to find where the cache lives, host caches included, so it
  *                 must answer false for every host address and every other backend's buffer (Vulkan's
  *                 pool addresses carry a tag bit no user-space pointer has)
+ *   profile       optional: start (its counters cleared) or stop timing its kernels (kiln_model_profile);
+ *                 KILN_E_UNSUPPORTED when it cannot. Without it the backend is never profiled
+ *   profile_read  optional, with profile: its counters, rows in any order (the engine merges and sorts)
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -76,6 +79,8 @@ typedef struct kiln_backend_iface {
     const char *(*describe)(const kiln_backend *b); /* optional: a longer name (default: name) */
     bool (*holds_kv)(const kiln_backend *b, kiln_type type, size_t row_bytes, int64_t n_cells);
     bool (*owns)(const kiln_backend *b, const void *data);
+    kiln_status (*profile)(kiln_backend *b, bool on);
+    void (*profile_read)(const kiln_backend *b, kiln_device_profile *out);
 } kiln_backend_iface;
 
 struct kiln_backend {

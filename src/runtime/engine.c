@@ -177,3 +177,55 @@ void kiln__engine_memory(const kiln_engine *e, kiln_model_memory *out) {
     }
     out->const_bytes = kiln__const_store_bytes(e->consts);
 }
+
+kiln_status kiln__engine_profile(kiln_engine *e, bool on) {
+    kiln_status first = KILN_OK, s;
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_backends; i++) {
+        const kiln_backend_iface *f = e->backends[i]->iface;
+        if (!f->profile) continue;
+        if ((s = f->profile(e->backends[i], on)) == KILN_OK) n++;
+        else if (!first) first = s;
+    }
+    if (n > 0 || !on) return KILN_OK;
+    return first ? first : kiln__error(KILN_E_UNSUPPORTED, "no backend of this model times its kernels (%s)",
+                                       e->backends_text);
+}
+
+static int by_time(const void *a, const void *b) {
+    uint64_t x = ((const kiln_kernel_time *)a)->ns, y = ((const kiln_kernel_time *)b)->ns;
+    return x < y ? 1 : x > y ? -1 : strcmp(((const kiln_kernel_time *)a)->name, ((const kiln_kernel_time *)b)->name);
+}
+
+void kiln__engine_profile_read(const kiln_engine *e, kiln_device_profile *out) {
+    memset(out, 0, sizeof *out);
+    for (int32_t i = 0; i < e->n_backends; i++) {
+        const kiln_backend_iface *f = e->backends[i]->iface;
+        kiln_device_profile p;
+        if (!f->profile_read) continue;
+        memset(&p, 0, sizeof p);
+        f->profile_read(e->backends[i], &p);
+        out->computes += p.computes;
+        out->recorded += p.recorded;
+        out->record_ns += p.record_ns;
+        out->submit_ns += p.submit_ns;
+        out->kernel_ns += p.kernel_ns;
+        out->unattributed += p.unattributed;
+        for (int32_t k = 0; k < p.n_kernels && k < KILN_PROFILE_KERNELS; k++) {
+            int32_t j = 0;
+            while (j < out->n_kernels && strcmp(out->kernels[j].name, p.kernels[k].name))
+                j++;
+            if (j == out->n_kernels) {
+                if (j == KILN_PROFILE_KERNELS) { /* more kernels than rows: time kept, row dropped */
+                    out->unattributed += p.kernels[k].calls;
+                    continue;
+                }
+                out->kernels[out->n_kernels++] = (kiln_kernel_time){.calls = 0};
+                memcpy(out->kernels[j].name, p.kernels[k].name, sizeof out->kernels[j].name);
+            }
+            out->kernels[j].calls += p.kernels[k].calls;
+            out->kernels[j].ns += p.kernels[k].ns;
+        }
+    }
+    qsort(out->kernels, (size_t)out->n_kernels, sizeof out->kernels[0], by_time);
+}

@@ -55,5 +55,10 @@ kiln_status kiln__engine_create(const kiln_model_params *params, const kiln_engi
                                 const void *mapping, size_t mapping_size, kiln_engine **out);
 void kiln__engine_destroy(kiln_engine *e);
 void kiln__engine_memory(const kiln_engine *e, kiln_model_memory *out);
+/* Start (counters cleared) or stop timing the kernels of every backend that can (kiln_model_profile);
+ * KILN_E_UNSUPPORTED when none can. Caller holds e->lock. */
+kiln_status kiln__engine_profile(kiln_engine *e, bool on);
+/* The backends' counters summed, kernels of the same name merged, the most time first. */
+void kiln__engine_profile_read(const kiln_engine *e, kiln_device_profile *out);
 
 #endif

@@ -96,6 +96,23 @@ kiln_status kiln_model_memory_info(const kiln_model *m, kiln_model_memory *out) 
     return KILN_OK;
 }
 
+kiln_status kiln_model_profile(kiln_model *m, bool on) {
+    kiln_status s;
+    if (!m) return kiln__error(KILN_E_INVALID_ARG, "kiln_model_profile: NULL model");
+    pthread_mutex_lock(&m->engine->lock);
+    s = kiln__engine_profile(m->engine, on);
+    pthread_mutex_unlock(&m->engine->lock);
+    return s;
+}
+
+kiln_status kiln_model_profile_read(const kiln_model *m, kiln_device_profile *out) {
+    if (!m || !out) return kiln__error(KILN_E_INVALID_ARG, "kiln_model_profile_read: NULL argument");
+    pthread_mutex_lock(&m->engine->lock);
+    kiln__engine_profile_read(m->engine, out);
+    pthread_mutex_unlock(&m->engine->lock);
+    return KILN_OK;
+}
+
 const char *kiln_model_backends(const kiln_model *m) {
     return m ? m->engine->backends_text : "";
 }

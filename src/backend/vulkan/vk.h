@@ -70,7 +70,12 @@
     D(vkCreateFence)                                                                                         \
     D(vkDestroyFence)                                                                                        \
     D(vkWaitForFences)                                                                                       \
-    D(vkResetFences)
+    D(vkResetFences)                                                                                         \
+    D(vkCreateQueryPool)                                                                                     \
+    D(vkDestroyQueryPool)                                                                                    \
+    D(vkCmdResetQueryPool)                                                                                   \
+    D(vkCmdWriteTimestamp)                                                                                   \
+    D(vkGetQueryPoolResults)
 
 typedef struct kiln_vk_fns {
 #define KILN_VK_FIELD(name) PFN_##name name;
@@ -120,6 +125,8 @@ typedef struct kiln_vk_device {
     uint32_t staging_type_index; /* host-visible, coherent */
     VkDeviceSize max_range;      /* maxStorageBufferRange */
     VkDeviceSize min_offset;     /* minStorageBufferOffsetAlignment */
+    float timestamp_period;      /* nanoseconds per timestamp tick */
+    uint32_t timestamp_bits;     /* the compute queue's timestampValidBits; 0: no timestamps (no profile) */
     VkCommandPool cmd_pool;
     VkCommandBuffer transfer_cmd; /* fills, device copies and downloads: submitted and waited for */
     VkFence transfer_fence;
@@ -272,6 +279,11 @@ typedef struct kiln_vk_recording {
     size_t key_len, key_cap;
     uint64_t last_used;
     bool valid;
+    /* Recorded while profiling (vk_profile.c): a timestamp at the start and after each dispatch, stamp i's
+     * kernel in stamp_pipe[i]; n_stamps 0 when recorded without. */
+    VkQueryPool queries;
+    uint32_t n_stamps;
+    uint16_t *stamp_pipe;
 } kiln_vk_recording;
 
 #define KILN_VK_RECORDINGS 64
@@ -312,6 +324,14 @@ typedef struct kiln_vk_ctx {
     kiln_vk_rope_table *rope_tables;
     int32_t n_rope_tables;
     char description[352]; /* "vulkan:0 (llvmpipe ..., subgroup reductions)" */
+    /* The kernel profile (vk_profile.c, kiln_model_profile): on or off (a key byte of every recording), and
+     * its counters. */
+    bool profiling;
+    struct kiln_vk_profile {
+        uint64_t calls[KILN_VK_PIPE_COUNT], ns[KILN_VK_PIPE_COUNT];
+        uint64_t computes, recorded, record_ns, submit_ns, unattributed;
+        uint64_t *stamps; /* KILN_VK_STAMPS results read back */
+    } prof;
 } kiln_vk_ctx;
 
 /* Where a kernel reads or writes a tensor: a storage-buffer binding at an offset aligned to the device's
@@ -334,6 +354,21 @@ kiln_status kiln__vk_bind(kiln_vk_ctx *c, const kiln_tensor *t, kiln_vk_bind *ou
  * with bindings b[0..4] and push constants, followed by a barrier before the next. */
 kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KILN_VK_BINDINGS],
                               const void *push, uint32_t push_size, uint64_t groups, uint32_t gz);
+
+/* vk_profile.c: the kernel profile. Timestamps a recording holds at most (its first, then one per
+ * dispatch; dispatches past it are counted as unattributed). */
+#define KILN_VK_STAMPS 4096
+/* While profiling: give rec a query pool (once), reset it and write the first timestamp; rec->n_stamps 0
+ * otherwise. Called right after vkBeginCommandBuffer. */
+kiln_status kiln__vk_profile_begin(kiln_vk_ctx *c, kiln_vk_recording *rec);
+/* After a dispatch of pipeline pipe in the recording being made: its timestamp. */
+void kiln__vk_profile_mark(kiln_vk_ctx *c, int pipe);
+/* After rec's submission has finished: its timestamps read and added to the kernels' rows. */
+kiln_status kiln__vk_profile_collect(kiln_vk_ctx *c, const kiln_vk_recording *rec);
+uint64_t kiln__vk_now_ns(void);
+/* The backend verbs (backend.h's profile and profile_read). */
+kiln_status kiln__vk_profile_set(kiln_backend *b, bool on);
+void kiln__vk_profile_read(const kiln_backend *b, kiln_device_profile *out);
 
 /* vk_ops.c: which nodes the device runs (exact types and layouts), and recording one of them. */
 bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);

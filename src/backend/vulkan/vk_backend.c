@@ -307,6 +307,7 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
         c->n_barriers++;
     }
     fn->vkCmdDispatch(c->rec->cmd, gx, gy, gz);
+    kiln__vk_profile_mark(c, pipe);
     c->n_dispatches++;
     return KILN_OK;
 }
@@ -356,7 +357,8 @@ static kiln_status make_key(kiln_vk_ctx *c, kiln_graph *g, int32_t i0, int32_t i
                  key_put(c, root->ne, sizeof root->ne);
         }
     }
-    if (!ok || !key_put(c, &gen, sizeof gen)) return kiln__nomem("the Vulkan recording key");
+    if (!ok || !key_put(c, &gen, sizeof gen) || !key_put(c, &c->profiling, sizeof c->profiling))
+        return kiln__nomem("the Vulkan recording key");
     return KILN_OK;
 }
 
@@ -483,6 +485,7 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
     if ((r = fn->vkResetCommandBuffer(rec->cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    if ((s = kiln__vk_profile_begin(c, rec))) return s;
     c->rec = rec;
     kiln__vk_hazards_clear(&c->hazards); /* the last submission ended with a barrier */
     for (int32_t i = i0; i < i1 && !s; i++) {
@@ -522,6 +525,7 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
     kiln_vk_ctx *c = b->context;
     kiln_vk_recording *rec = NULL;
     kiln_status s;
+    uint64_t t0 = c->profiling ? kiln__vk_now_ns() : 0, t1;
     if ((s = make_key(c, g, i0, i1))) return s;
     for (int i = 0; i < KILN_VK_RECORDINGS && !rec; i++)
         if (c->recs[i].valid && c->recs[i].key_len == c->key_len &&
@@ -533,9 +537,17 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
         c->n_replayed++;
     } else if ((s = free_slot(c, &rec)) || (s = record(b, g, i0, i1, rec))) {
         return s;
+    } else {
+        c->prof.recorded += c->profiling;
     }
     rec->last_used = ++c->clock;
-    return kiln__vk_submit_wait(c->dev, rec->cmd, c->fence);
+    if (!c->profiling) return kiln__vk_submit_wait(c->dev, rec->cmd, c->fence);
+    t1 = kiln__vk_now_ns();
+    if ((s = kiln__vk_submit_wait(c->dev, rec->cmd, c->fence))) return s;
+    c->prof.computes++;
+    c->prof.record_ns += t1 - t0;
+    c->prof.submit_ns += kiln__vk_now_ns() - t1;
+    return kiln__vk_profile_collect(c, rec);
 }
 
 static void vk_memory(const kiln_backend *b, kiln_backend_memory *out) {
@@ -564,9 +576,11 @@ static void vk_destroy(kiln_backend *b) {
             if (c->pipes[i]) fn->vkDestroyPipeline(dev, c->pipes[i], NULL);
         if (c->layout) fn->vkDestroyPipelineLayout(dev, c->layout, NULL);
         if (c->set_layout) fn->vkDestroyDescriptorSetLayout(dev, c->set_layout, NULL);
-        for (int i = 0; i < KILN_VK_RECORDINGS; i++)
+        for (int i = 0; i < KILN_VK_RECORDINGS; i++) {
             for (int32_t j = 0; j < c->recs[i].n_desc_pools; j++)
                 fn->vkDestroyDescriptorPool(dev, c->recs[i].desc_pools[j], NULL);
+            if (c->recs[i].queries) fn->vkDestroyQueryPool(dev, c->recs[i].queries, NULL);
+        }
         if (c->fence) fn->vkDestroyFence(dev, c->fence, NULL);
     }
     kiln__vk_device_destroy(c->dev); /* its pool frees every block, the weights' included; its command
@@ -574,7 +588,9 @@ static void vk_destroy(kiln_backend *b) {
     for (int i = 0; i < KILN_VK_RECORDINGS; i++) {
         kiln__dealloc(c->recs[i].desc_pools);
         kiln__dealloc(c->recs[i].key);
+        kiln__dealloc(c->recs[i].stamp_pipe);
     }
+    kiln__dealloc(c->prof.stamps);
     kiln__dealloc(c->key);
     kiln__dealloc(c->weights);
     kiln__dealloc(c->rope_tables); /* their buffers went with the pool */
@@ -598,6 +614,8 @@ static const kiln_backend_iface vk_iface = {
     .describe = vk_describe,
     .holds_kv = vk_holds_kv,
     .owns = vk_owns,
+    .profile = kiln__vk_profile_set,
+    .profile_read = kiln__vk_profile_read,
 };
 
 /* ---- Pipelines ---- */

@@ -68,6 +68,7 @@ static kiln_status open_device(kiln_vk_device *d) {
     d->queue_family = UINT32_MAX;
     for (uint32_t i = 0; i < nf && d->queue_family == UINT32_MAX; i++)
         if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d->queue_family = i;
+    if (d->queue_family != UINT32_MAX) d->timestamp_bits = fam[d->queue_family].timestampValidBits;
     if (d->queue_family == UINT32_MAX)
         return kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' has no compute queue", d->info.name);
     VkDeviceQueueCreateInfo q = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
@@ -85,6 +86,8 @@ static kiln_status open_device(kiln_vk_device *d) {
     d->fn->vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
     d->fn->vkGetPhysicalDeviceProperties(d->physical, &props);
     d->max_range = props.limits.maxStorageBufferRange;
+    d->timestamp_period = props.limits.timestampPeriod;
+    if (!(d->timestamp_period > 0)) d->timestamp_bits = 0;
     d->min_offset =
         props.limits.minStorageBufferOffsetAlignment ? props.limits.minStorageBufferOffsetAlignment : 1;
     return KILN_OK;
