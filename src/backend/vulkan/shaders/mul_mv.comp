@@ -16,6 +16,7 @@
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint WTYPE = 0;
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint W[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 W4[]; }; // the same words, 16 bytes at a time
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer XQ { uint xq[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
@@ -77,7 +78,26 @@ void main() {
     uint ncols = min(MV_COLS, p.M - m0), nrows = n0 < p.N ? min(MV_ROWS, p.N - n0) : 0u;
     for (uint v = 0u; v < MV_ROWS * MV_COLS; v++) acc[v] = 0.0;
     uint wbase = p.off_w + (b2 / p.r2) * p.w_nb2 + (b3 / p.r3) * p.w_nb3;
-    if (WTYPE <= 1u) {
+    if (WTYPE == 1u && p.K % 8u == 0u && wbase % 16u == 0u && p.w_nb1 % 16u == 0u) {
+        // F16 rows on 16-byte boundaries (every row of a weight whose K is a multiple of 8): eight weights
+        // per load, consecutive invocations on consecutive 16 bytes of the row.
+        for (uint r = 0u; r < MV_ROWS; r++) {
+            if (r >= nrows) break;
+            uint wr = (wbase + (n0 + r) * p.w_nb1) >> 4;
+            for (uint k = 8u * t; k < p.K; k += 8u * MV_SIZE) {
+                uvec4 q = W4[wr + k / 8u];
+                vec2 w0 = unpackHalf2x16(q.x), w1 = unpackHalf2x16(q.y);
+                vec2 w2 = unpackHalf2x16(q.z), w3 = unpackHalf2x16(q.w);
+                for (uint c = 0u; c < MV_COLS; c++) {
+                    if (c >= ncols) break;
+                    uint xr = p.off_x + (m0 + c) * p.x_nb1 + b2 * p.x_nb2 + b3 * p.x_nb3 + k;
+                    float s = w0.x * x[xr] + w0.y * x[xr + 1u] + w1.x * x[xr + 2u] + w1.y * x[xr + 3u];
+                    s += w2.x * x[xr + 4u] + w2.y * x[xr + 5u] + w3.x * x[xr + 6u] + w3.y * x[xr + 7u];
+                    acc[r * MV_COLS + c] += s;
+                }
+            }
+        }
+    } else if (WTYPE <= 1u) {
         // One weight word per step: an F32 element or two F16 ones.
         uint per = WTYPE == 0u ? 1u : 2u;
         for (uint r = 0u; r < nrows; r++) {
