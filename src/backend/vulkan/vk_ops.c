@@ -456,7 +456,7 @@ static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk
                        (uint32_t)x->ne[2], (uint32_t)x->ne[3], el(x->nb[1]),       el(x->nb[2]),
                        el(x->nb[3]),       span};
     *xb = b[3];
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_QUANTIZE, b, pc, sizeof pc, (blocks + 255) / 256, 1);
+    return kiln__vk_dispatch(c, KILN_VK_PIPE_QUANTIZE, b, pc, sizeof pc, (blocks + 7) / 8, 1); /* 8 blocks a group */
 }
 
 /* matmul and linear: up to MV_COLS columns by mul_mv.comp, more by the tiled mul_mm.comp; a quantized
