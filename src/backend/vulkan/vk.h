@@ -238,6 +238,10 @@ kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 /* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ----
  */
 
+/* The largest workgroup of Kiln's shaders (norm.comp: 512 invocations); a device whose
+ * maxComputeWorkGroupInvocations is smaller (Vulkan guarantees 128; desktop GPUs and lavapipe have 1024) is
+ * not used. */
+#define KILN_VK_MIN_INVOCATIONS 512u
 /* The weight and table types matmul and get_rows read: one pipeline each. */
 #define KILN_VK_WEIGHT_TYPES 6
 /* The KV cache types attention and cache_write read and write: 0 F32, 1 F16, 2 Q8_0, one pipeline each. */

@@ -727,8 +727,12 @@ kiln_status kiln__backend_vulkan_create_ex(const kiln_vk_options *o, kiln_backen
     b->iface = &vk_iface;
     b->context = c;
     c->opt = *o;
-    if (!(s = kiln__vk_device_create(o->device, o->pooled, &c->dev)) && !(s = make_pipelines(c)))
-        s = make_fence(c);
+    if (!(s = kiln__vk_device_create(o->device, o->pooled, &c->dev)) &&
+        c->dev->info.max_workgroup_invocations < KILN_VK_MIN_INVOCATIONS)
+        s = kiln__error(KILN_E_UNSUPPORTED, "Vulkan device '%s' runs %u invocations per workgroup; Kiln's kernels "
+                        "need %u", c->dev->info.name, c->dev->info.max_workgroup_invocations,
+                        KILN_VK_MIN_INVOCATIONS);
+    if (!s && !(s = make_pipelines(c))) s = make_fence(c);
     if (s) {
         vk_destroy(b);
         return s;
