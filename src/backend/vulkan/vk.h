@@ -238,10 +238,12 @@ kiln_vk_pool *kiln__backend_vulkan_pool(kiln_backend *b);
 /* ---- The backend's context, shared by vk_backend.c (buffers, weights, compute) and vk_ops.c (kernels) ----
  */
 
-/* The largest workgroup of Kiln's shaders (norm.comp: 512 invocations); a device whose
- * maxComputeWorkGroupInvocations is smaller (Vulkan guarantees 128; desktop GPUs and lavapipe have 1024) is
- * not used. */
-#define KILN_VK_MIN_INVOCATIONS 512u
+/* The largest fixed workgroup of Kiln's shaders (mul_mm, quantize_q8, rope, unary: 256 invocations); a device
+ * whose maxComputeWorkGroupInvocations is smaller (Vulkan guarantees 128; desktop GPUs and lavapipe have
+ * 1024) is not used. norm.comp's size is chosen per device (KILN_VK_NORM_GPU, at most the device's). */
+#define KILN_VK_MIN_INVOCATIONS 256u
+#define KILN_VK_NORM_GPU 512u
+#define KILN_VK_NORM_CPU 128u
 /* The weight and table types matmul and get_rows read: one pipeline each. */
 #define KILN_VK_WEIGHT_TYPES 6
 /* The KV cache types attention and cache_write read and write: 0 F32, 1 F16, 2 Q8_0, one pipeline each. */

@@ -662,6 +662,15 @@ static kiln_status make_pipeline(kiln_vk_ctx *c, int pipe, const char *name, int
     return KILN_OK;
 }
 
+/* norm.comp's workgroup: 512 invocations on a GPU (a decode step's one row is the whole dispatch), 128 on a
+ * CPU device (lavapipe runs the invocations a SIMD width at a time), never more than the device runs. */
+static uint32_t norm_size(const kiln_device_info *info) {
+    uint32_t n = info->type == KILN_DEVICE_CPU ? KILN_VK_NORM_CPU : KILN_VK_NORM_GPU;
+    while (n > KILN_VK_MIN_INVOCATIONS && n > info->max_workgroup_invocations)
+        n /= 2;
+    return n;
+}
+
 static kiln_status make_pipelines(kiln_vk_ctx *c) {
     kiln_vk_fns *fn = c->dev->fn;
     VkResult r;
@@ -686,7 +695,7 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     c->subgroup = c->dev->info.subgroup_arithmetic && !c->opt.portable_reduce;
     if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
-        (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", -1)) ||
+        (s = make_pipeline(c, KILN_VK_PIPE_NORM, "norm", (int32_t)norm_size(&c->dev->info))) ||
         (s = make_pipeline(c, KILN_VK_PIPE_SOFTMAX, "softmax", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_ROPE, "rope", -1)))
         return s;

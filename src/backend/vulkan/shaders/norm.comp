@@ -1,11 +1,13 @@
 #version 450
 // norm.comp - row-wise norms, one workgroup per row of x (rows contiguous): rms_norm, rms_norm_mul (times
 // w broadcast as mul) and norm (LayerNorm without its affine part). Sums reduce by reduce.glsl
-// (shared memory, or subgroup arithmetic in norm_subgroup.spv). 512 invocations: a decode step's one row
-// is the whole dispatch, and its time is the latency of each invocation's share of the row (docs/vulkan.md,
-// Profiling: on an H200, 128 invocations took 12.7 us a call for 2048 elements, 512 took 6.6).
+// (shared memory, or subgroup arithmetic in norm_subgroup.spv). The workgroup size is the specialization
+// constant 0 (a power of two): 512 on a GPU, where a decode step's one row is the whole dispatch and its
+// time the latency of each invocation's share of the row (docs/vulkan.md, Profiling: on an H200, 128
+// invocations took 12.7 us a call for 2048 elements, 512 took 6.6); 128 on a CPU device such as lavapipe,
+// which runs a workgroup's invocations a SIMD width at a time and only loses by more.
 #include "common.glsl"
-layout(local_size_x = 512) in;
+layout(local_size_x_id = 0) in;
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Wt { float w[]; };
 layout(std430, set = 0, binding = 3) buffer D { float d[]; };
