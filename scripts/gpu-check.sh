@@ -41,6 +41,12 @@ usage: scripts/gpu-check.sh local|prepare|run [options]
   --no-tests       skip test_backend_ops, test_vulkan and test_arch (bench only)
   --profile        kiln bench --profile: after each file's bench, where a run's time goes and each device
                    kernel's share (docs/vulkan.md, Profiling)
+  --ab REV,...     prepare: also build kiln at each git revision (a worktree in /tmp each) into the pack;
+                   run: after the other steps, those binaries and the working tree's kiln take turns on
+                   each file (pp512 and tg128, --reps rounds each, one after the other), ending in a table of
+                   medians and ratios to the first revision. The one way to compare kernels on a GPU that
+                   is lent for minutes: build every variant here, measure them all in one call
+  --ab-only        run: the A/B alone after the synth (no tests, no llama.cpp benches, no batched-bench)
   --no-7b          skip the Llama-2-7B-shaped file (its synth and benches take about half the budget)
 Environment: GPU_CHECK_BUILD (build folder, default build/), GPU_CHECK_ANCHOR (the llama.cpp tarball,
 default ../shared/anchors/llama.cpp-0c1e570-vulkan-debian12.tar.xz), GPU_CHECK_MODELS (where the files are
@@ -48,7 +54,7 @@ made, default /tmp/gpu-check-models).
 EOF
 }
 
-BANDWIDTH=3350 BUDGET=330 REPS=2 QUICK=0 RUN_TESTS=1 SCALE=1 BIG_TOO=1 PROFILE=()
+BANDWIDTH=3350 BUDGET=330 REPS=2 QUICK=0 RUN_TESTS=1 SCALE=1 BIG_TOO=1 PROFILE=() AB_REVS='' AB_ONLY=0
 MODE=${1:-}
 [ $# -gt 0 ] && shift
 while [ $# -gt 0 ]; do
@@ -60,6 +66,8 @@ while [ $# -gt 0 ]; do
     --no-tests) RUN_TESTS=0; shift ;;
     --no-7b) BIG_TOO=0; shift ;;
     --profile) PROFILE=(--profile); shift ;;
+    --ab) AB_REVS=$2; shift 2 ;;
+    --ab-only) AB_ONLY=1 RUN_TESTS=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -89,6 +97,29 @@ copy_libs() {
     done
 }
 
+# --ab: kiln at each revision, built in a worktree of its own, packed as bin/kiln-ab-N with its label in
+# bin/ab (one "N LABEL" line each; the working tree's kiln is the last, labelled "tree").
+build_ab() {
+    local n=0 rev wt sha
+    rm -f "$PACK/bin/ab" "$PACK"/bin/kiln-ab-*
+    [ -z "$AB_REVS" ] && return 0
+    mkdir -p "$PACK/bin"
+    for rev in ${AB_REVS//,/ }; do
+        sha=$(git -C "$ROOT" rev-parse --short "$rev") || { echo "gpu-check: no revision '$rev'" >&2; return 1; }
+        wt=/tmp/gpu-check-ab-$sha
+        git -C "$ROOT" worktree add --detach "$wt" "$sha" >/dev/null || return 1
+        { cmake -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+            cmake --build "$wt/build" -j "$(nproc)" --target kiln_cli >/dev/null; } ||
+            { echo "gpu-check: building $rev failed" >&2; return 1; }
+        n=$((n + 1))
+        cp "$wt/build/kiln" "$PACK/bin/kiln-ab-$n" && strip "$PACK/bin/kiln-ab-$n"
+        git -C "$ROOT" worktree remove --force "$wt"
+        echo "$n $rev" >>"$PACK/bin/ab"
+    done
+    echo "tree $(git -C "$ROOT" rev-parse --short HEAD)+tree" >>"$PACK/bin/ab"
+    echo "gpu-check: A/B binaries: $(tr '\n' ' ' <"$PACK/bin/ab")"
+}
+
 prepare() {
     build || return 1
     rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/gl" || return 1
@@ -106,6 +137,7 @@ prepare() {
         libglx0 libgles2 libopengl0 >/dev/null); } ||
         { echo "gpu-check: could not download the loaders" >&2; return 1; }
     [ -f "$ANCHOR" ] && cp "$ANCHOR" "$PACK/" || echo "gpu-check: no llama.cpp anchor at $ANCHOR (its columns stay empty)"
+    build_ab || return 1
     # The tests find their data under the source and build folders compiled into them.
     printf '%s\n%s\n' "$ROOT" "$BUILD" >"$PACK/paths"
     git -C "$ROOT" rev-parse --short HEAD >"$PACK/commit" 2>/dev/null
@@ -233,6 +265,34 @@ bench_all() {
     done
 }
 
+# The packed revisions and the tree's kiln in turns: round r runs every binary on a file before round r + 1.
+ab_all() {
+    local name r n label bin labels=() bins=()
+    [ -f "$PACK/bin/ab" ] || { echo "no A/B binaries in the pack (prepare --ab REV,...)"; return 0; }
+    while read -r n label; do
+        if [ "$n" = tree ]; then bin=$BIN/kiln; else bin=$PACK/bin/kiln-ab-$n; fi
+        labels+=("${label//[^A-Za-z0-9._+-]/_}") bins+=("$bin")
+    done <"$PACK/bin/ab"
+    local pp=512 tg=128
+    [ "$QUICK" = 1 ] && pp=32 tg=8
+    AB=$(mktemp -d)
+    for name in "${NAMES[@]}"; do
+        [ "$name" = 7b-q4_0 ] && continue
+        log "A/B $name: ${labels[*]}"
+        for ((r = 1; r <= REPS; r++)); do
+            for i in "${!bins[@]}"; do
+                step 40 "$name ${labels[$i]} round $r" "$AB/$name.${labels[$i]}.$r.json" \
+                    env LD_LIBRARY_PATH="$KLIB" "${bins[$i]}" bench -m "$MODELS/$name.gguf" --device vulkan \
+                    -p $pp -n $tg -r 2 --no-bandwidth -o json
+            done
+        done
+    done
+    log "the A/B table (medians of the rounds; each round a warm-up and 2 runs)"
+    local IFS=,
+    python3 "$ROOT/scripts/gpu_ab_table.py" "$AB" "${NAMES[*]}" "${labels[*]}"
+    rm -rf "$AB"
+}
+
 run_checks() {
     T0=$SECONDS FAILED=() SKIPPED=()
     export ROOT KLIB BIN TBIN LCP
@@ -256,6 +316,13 @@ run_checks() {
     fi
     log "kiln synth ($(nproc) CPUs)"
     synth_all
+    if [ "$AB_ONLY" = 1 ]; then
+        ab_all
+        echo
+        echo "failed: ${FAILED[*]:-none}; skipped for the budget: ${SKIPPED[*]:-none}; $((SECONDS - T0)) s in all"
+        [ ${#FAILED[@]} -eq 0 ]
+        return
+    fi
     bench_all
     log "batched-bench"
     local npp=128 ntg=64
@@ -265,6 +332,7 @@ run_checks() {
     log "the table (bandwidth $BANDWIDTH GB/s)"
     python3 "$ROOT/scripts/gpu_check_table.py" "$RES" "$BANDWIDTH" "${NAMES[@]}"
     rm -rf "$RES"
+    [ -f "$PACK/bin/ab" ] && ab_all
     echo
     echo "failed: ${FAILED[*]:-none}; skipped for the budget: ${SKIPPED[*]:-none}; $((SECONDS - T0)) s in all"
     [ ${#FAILED[@]} -eq 0 ]
@@ -275,7 +343,7 @@ logged() {
 }
 
 case $MODE in
-local) T0=$SECONDS; build && setup_local && setup_anchor && logged run_checks ;;
+local) T0=$SECONDS; build && build_ab && setup_local && setup_anchor && logged run_checks ;;
 prepare) T0=$SECONDS; prepare ;;
 run)
     [ -d "$PACK/bin" ] || { echo "gpu-check: no $PACK/bin: run 'scripts/gpu-check.sh prepare' first and carry gpu-check-out" >&2; exit 2; }
