@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/sched.h"
+#include "tensor/quantize.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -529,6 +530,90 @@ done:
     free_run(p, s, arenas, 2, g);
     kiln__backend_destroy(vk);
     kiln__backend_destroy(cpu);
+}
+
+/* Q8_0 matmuls over one activation graph: ya = W1 x1 + W2 x1 (two matmuls of one activation) and
+ * yb = W3 x2 (another activation of the same shape), all three summed. */
+static void q8_three_matmuls(kiln_backend *vk, kiln_backend *cpu, void *wq[3], float *x1, float *x2,
+                             int64_t K, int64_t NR, float *out, uint64_t *dispatches, uint64_t *reused) {
+    kiln_graph *g = NULL;
+    kiln_sched *s = NULL;
+    kiln_sched_plan *p = NULL;
+    kiln_buffer arenas[2] = {{0}};
+    uint64_t d0 = 0, d1 = 0, b = 0, r0 = kiln__backend_vulkan_q8_reused(vk);
+    int64_t wne[2] = {K, NR}, xne[1] = {K};
+    CHECK_OK(kiln__graph_create(16, &g));
+    if (!g) return;
+    kiln_tensor *a = kiln__graph_leaf(g, "x1", KILN_TYPE_F32, 1, xne, x1, KILN_TENSOR_INPUT);
+    kiln_tensor *c = kiln__graph_leaf(g, "x2", KILN_TYPE_F32, 1, xne, x2, KILN_TENSOR_INPUT);
+    kiln_tensor *w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = kiln__graph_leaf(g, i == 0 ? "w1" : i == 1 ? "w2" : "w3", KILN_TYPE_Q8_0, 2, wne, wq[i],
+                                KILN_TENSOR_WEIGHT);
+    kiln_tensor *y = kiln__add(g, kiln__add(g, kiln__matmul(g, w[0], a), kiln__matmul(g, w[1], a)),
+                               kiln__matmul(g, w[2], c));
+    kiln__graph_set_output(g, y);
+    CHECK_OK(kiln__graph_order(g));
+    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+    CHECK_OK(kiln__sched_create(list, 2, &s));
+    if (s) CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
+    if (p) {
+        CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
+        for (int i = 0; i < 2; i++)
+            if (kiln__sched_plan_arena_bytes(p, i))
+                CHECK_OK(kiln__backend_buffer_alloc(list[i].backend, kiln__sched_plan_arena_bytes(p, i), &arenas[i]));
+        CHECK_OK(kiln__sched_plan_commit(p, arenas));
+        kiln__backend_vulkan_barriers(vk, &d0, &b);
+        CHECK_OK(kiln__sched_compute(p));
+        kiln__backend_vulkan_barriers(vk, &d1, &b);
+        memcpy(out, kiln__sched_plan_output(p, 0)->data, (size_t)NR * sizeof *out);
+    }
+    *dispatches = d1 - d0;
+    *reused = kiln__backend_vulkan_q8_reused(vk) - r0;
+    free_run(p, s, arenas, 2, g);
+}
+
+/* A quantized matmul's activation is quantized once per activation, not once per matmul: two matmuls of one
+ * x read the q8 rows the first left in the scratch (one quantize_q8 dispatch fewer), a third of another x of
+ * the same shape quantizes its own, and the sum is the CPU's: the same q8 rows and integer dots, the block
+ * terms summed in another order (test_backend_ops' 1e-4 of max |ref|). */
+static void one_activation_is_quantized_once_for_every_matmul_that_reads_it(void) {
+    enum { K = 128, NR = 48 };
+    static float w[3][K * NR], x1[K], x2[K], got[NR], want[NR];
+    static unsigned char wq[3][K / 32 * 34 * NR];
+    void *wp[3] = {wq[0], wq[1], wq[2]};
+    kiln_backend *vk = NULL, *cpu = NULL, *cpu2 = NULL;
+    uint64_t dispatches = 0, reused = 0, d_cpu = 0, r_cpu = 0;
+    if (skip()) return;
+    for (int i = 0; i < 3; i++) {
+        for (int e = 0; e < K * NR; e++)
+            w[i][e] = (float)(((e + 7 * i) * 37) % 23) / 23.0f - 0.5f;
+        kiln__quantize_q8_0(w[i], wq[i], K * NR);
+    }
+    for (int k = 0; k < K; k++) {
+        x1[k] = (float)(k % 9) / 9.0f - 0.3f;
+        x2[k] = (float)(k % 5) / 5.0f - 0.45f;
+    }
+    CHECK_OK(kiln__backend_vulkan_create(0, &vk));
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu));
+    CHECK_OK(kiln__backend_cpu_create(1, &cpu2));
+    if (vk && cpu && cpu2) {
+        q8_three_matmuls(vk, cpu, wp, x1, x2, K, NR, got, &dispatches, &reused);
+        q8_three_matmuls(cpu2, cpu, wp, x1, x2, K, NR, want, &d_cpu, &r_cpu); /* the CPU alone */
+        printf("  three Q8_0 matmuls over two activations: %llu dispatches, %llu quantize reused\n",
+               (unsigned long long)dispatches, (unsigned long long)reused);
+        CHECK_EQ_INT(reused, 1);
+        CHECK_EQ_INT(dispatches, 2 + 3 + 2); /* two quantizes, three mul_mv, two adds */
+        double worst = 0, mag = 0;
+        for (int n = 0; n < NR; n++) {
+            worst = fmax(worst, fabs((double)got[n] - want[n]));
+            mag = fmax(mag, fabs((double)want[n]));
+        }
+        CHECK(worst <= 1e-4 * mag);
+    }
+    kiln__backend_destroy(vk);
+    kiln__backend_destroy(cpu);
+    kiln__backend_destroy(cpu2);
 }
 
 /* stories260K's decode step on the device: the barriers it records, fewer than its dispatches. */
@@ -1099,6 +1184,7 @@ int main(void) {
     RUN(a_committed_range_is_recorded_once_and_replayed_with_new_inputs);
     RUN(a_dispatch_waits_only_for_what_it_reads_or_overwrites);
     RUN(independent_matmuls_share_one_barrier);
+    RUN(one_activation_is_quantized_once_for_every_matmul_that_reads_it);
     RUN(a_decode_step_waits_less_often_than_it_dispatches);
     RUN(the_profile_times_every_dispatch_while_it_is_on);
     RUN(freed_buffers_are_reused_by_bucket_and_evicted_least_recently_used_first);

@@ -136,6 +136,9 @@ void kiln__backend_vulkan_ring(const kiln_backend *b, uint32_t *in_flight, uint6
 /* How many dispatches a Vulkan backend recorded, and how many barriers between them (vk_hazard.h: only
  * before a dispatch that depends on one since the last barrier); 0 for any other backend. */
 void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers);
+/* How many quantized matmuls of a Vulkan backend read the q8 rows an earlier one left in the scratch instead
+ * of quantizing their activation again (0 for any other backend). */
+uint64_t kiln__backend_vulkan_q8_reused(const kiln_backend *b);
 /* "vulkan:0 (llvmpipe ...)" for a Vulkan backend; its name for any other. */
 const char *kiln__backend_describe(const kiln_backend *b);
 

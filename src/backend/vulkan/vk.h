@@ -300,6 +300,14 @@ typedef struct kiln_vk_rope_table {
     uintptr_t addr; /* [n_rot / 2] floats */
 } kiln_vk_rope_table;
 
+/* Where a kernel reads or writes a tensor: a storage-buffer binding at an offset aligned to the device's
+ * minStorageBufferOffsetAlignment, and the bytes from there to the tensor's first byte. */
+typedef struct kiln_vk_bind {
+    VkBuffer buffer; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
+    VkDeviceSize offset, range;
+    uint32_t rem;
+} kiln_vk_bind;
+
 typedef struct kiln_vk_ctx {
     kiln_vk_device *dev;
     kiln_vk_options opt;
@@ -325,6 +333,22 @@ typedef struct kiln_vk_ctx {
      * buffer. */
     uintptr_t scratch;
     size_t scratch_bytes;
+    /* The q8 rows last written to the scratch by quantize_q8 while recording, so that the next quantized
+     * matmul of the same activation (the Q and the KV projections of one norm's output) reads them rather
+     * than quantizing again: the source's binding, shape and strides, the rows' layout (span 32 or 256) and
+     * their binding. Dropped when a recording starts and by any dispatch that writes the source's or the
+     * scratch's bytes (kiln__vk_dispatch). */
+    struct kiln_vk_q8_rows {
+        bool valid;
+        VkBuffer src_buffer, rows_buffer;
+        VkDeviceSize src_lo, src_hi, rows_lo, rows_hi;
+        uint32_t span;
+        int64_t ne[KILN_MAX_DIMS];
+        size_t nb[KILN_MAX_DIMS];
+        uint32_t rem;
+        kiln_vk_bind rows;
+    } q8;
+    uint64_t n_q8_reused; /* quantizes skipped for that (tests count them) */
     /* Rope's frequency tables (kiln__rope_freq of each pair), one per (base, n_rot) seen, each uploaded
      * once into a buffer of its own that lives as long as the backend. */
     kiln_vk_rope_table *rope_tables;
@@ -339,14 +363,6 @@ typedef struct kiln_vk_ctx {
         uint64_t *stamps; /* KILN_VK_STAMPS results read back */
     } prof;
 } kiln_vk_ctx;
-
-/* Where a kernel reads or writes a tensor: a storage-buffer binding at an offset aligned to the device's
- * minStorageBufferOffsetAlignment, and the bytes from there to the tensor's first byte. */
-typedef struct kiln_vk_bind {
-    VkBuffer buffer; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
-    VkDeviceSize offset, range;
-    uint32_t rem;
-} kiln_vk_bind;
 
 /* The binding of bytes [start, start + bytes) of t's data (a weight leaf is uploaded on first use). */
 kiln_status kiln__vk_bind_range(kiln_vk_ctx *c, const kiln_tensor *t, size_t start, size_t bytes,

@@ -308,6 +308,12 @@ kiln_status kiln__vk_dispatch(kiln_vk_ctx *c, int pipe, const kiln_vk_bind b[KIL
     }
     fn->vkCmdDispatch(c->rec->cmd, gx, gy, gz);
     kiln__vk_profile_mark(c, pipe);
+    if (c->q8.valid && b[3].buffer) { /* the reusable q8 rows: gone once their source or they are written */
+        VkDeviceSize lo = b[3].offset, hi = b[3].offset + b[3].range;
+        if ((b[3].buffer == c->q8.src_buffer && lo < c->q8.src_hi && c->q8.src_lo < hi) ||
+            (b[3].buffer == c->q8.rows_buffer && lo < c->q8.rows_hi && c->q8.rows_lo < hi))
+            c->q8.valid = false;
+    }
     c->n_dispatches++;
     return KILN_OK;
 }
@@ -487,6 +493,7 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
     if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
     if ((s = kiln__vk_profile_begin(c, rec))) return s;
     c->rec = rec;
+    c->q8.valid = false;
     kiln__vk_hazards_clear(&c->hazards); /* the last submission ended with a barrier */
     for (int32_t i = i0; i < i1 && !s; i++) {
         const kiln_tensor *t = kiln__graph_node(g, i);
@@ -794,6 +801,10 @@ void kiln__backend_vulkan_ring(const kiln_backend *b, uint32_t *in_flight, uint6
     *waits = d ? d->ring_waits : 0;
     for (int i = 0; d && i < KILN_VK_RING_SLOTS; i++)
         *in_flight += d->ring[i].busy;
+}
+
+uint64_t kiln__backend_vulkan_q8_reused(const kiln_backend *b) {
+    return b->iface == &vk_iface ? ((const kiln_vk_ctx *)b->context)->n_q8_reused : 0;
 }
 
 void kiln__backend_vulkan_barriers(const kiln_backend *b, uint64_t *dispatches, uint64_t *barriers) {

@@ -441,7 +441,16 @@ size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *n) {
     return (size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(x->ne[0] + x->ne[0] / 32 * 8);
 }
 
-/* x quantized to q8 rows in the scratch buffer, bound in *xb. */
+/* Whether the scratch still holds x's q8 rows of this span (c->q8, set by record_quantize). */
+static bool q8_rows_hold(const kiln_vk_ctx *c, const kiln_vk_bind *xb, const kiln_tensor *x, uint32_t span) {
+    const struct kiln_vk_q8_rows *q = &c->q8;
+    return q->valid && q->span == span && q->src_buffer == xb->buffer && q->src_lo == xb->offset &&
+           q->src_hi == xb->offset + xb->range && q->rem == xb->rem && !memcmp(q->ne, x->ne, sizeof q->ne) &&
+           !memcmp(q->nb, x->nb, sizeof q->nb);
+}
+
+/* x quantized to q8 rows in the scratch buffer, bound in *xb: by a quantize_q8 dispatch, or none when the
+ * scratch still holds them from the last quantized matmul of the same x. */
 static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk_bind *xb) {
     const kiln_tensor *x = n->src[1], *ts[KILN_VK_BINDINGS] = {x, NULL, NULL, NULL};
     kiln_vk_bind b[KILN_VK_BINDINGS];
@@ -452,11 +461,30 @@ static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk
     /* K-quants' activations have one scale per 256-element super-block, as on the CPU (kernels.h). */
     kiln_type wt = n->src[0]->type;
     uint32_t span = wt == KILN_TYPE_Q4_K || wt == KILN_TYPE_Q6_K ? 256u : 32u;
+    if (q8_rows_hold(c, &b[0], x, span)) {
+        *xb = c->q8.rows;
+        c->n_q8_reused++;
+        return KILN_OK;
+    }
     uint32_t pc[10] = {b[0].rem / 4,       b[3].rem / 4,       (uint32_t)x->ne[0], (uint32_t)x->ne[1],
                        (uint32_t)x->ne[2], (uint32_t)x->ne[3], el(x->nb[1]),       el(x->nb[2]),
                        el(x->nb[3]),       span};
     *xb = b[3];
-    return kiln__vk_dispatch(c, KILN_VK_PIPE_QUANTIZE, b, pc, sizeof pc, (blocks + 7) / 8, 1); /* 8 blocks a group */
+    if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_QUANTIZE, b, pc, sizeof pc, (blocks + 7) / 8, 1))) /* 8 blocks a group */
+        return s;
+    c->q8 = (struct kiln_vk_q8_rows){.valid = true,
+                                     .src_buffer = b[0].buffer,
+                                     .rows_buffer = b[3].buffer,
+                                     .src_lo = b[0].offset,
+                                     .src_hi = b[0].offset + b[0].range,
+                                     .rows_lo = b[3].offset,
+                                     .rows_hi = b[3].offset + b[3].range,
+                                     .span = span,
+                                     .rem = b[0].rem,
+                                     .rows = b[3]};
+    memcpy(c->q8.ne, x->ne, sizeof c->q8.ne);
+    memcpy(c->q8.nb, x->nb, sizeof c->q8.nb);
+    return KILN_OK;
 }
 
 /* matmul and linear: up to MV_COLS columns by mul_mv.comp, more by the tiled mul_mm.comp; a quantized
