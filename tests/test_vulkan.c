@@ -222,6 +222,25 @@ static void free_run(kiln_sched_plan *p, kiln_sched *s, kiln_buffer *arenas, int
     kiln__graph_destroy(g);
 }
 
+/* g ordered and planned on vk with the CPU behind it: one split, on vk, its arenas allocated and the plan
+ * committed. NULL when it could not be (the test has failed then); the caller frees with free_run. */
+static kiln_sched_plan *one_split(kiln_graph *g, kiln_backend *vk, kiln_backend *cpu, kiln_sched **s,
+                                  kiln_buffer arenas[2]) {
+    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
+    kiln_sched_plan *p = NULL;
+    CHECK_OK(kiln__graph_order(g));
+    CHECK_OK(kiln__sched_create(list, 2, s));
+    if (*s) CHECK_OK(kiln__sched_plan_create(*s, g, 1, &p));
+    if (!p) return NULL;
+    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
+    CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
+    for (int b = 0; b < 2; b++)
+        if (kiln__sched_plan_arena_bytes(p, b))
+            CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
+    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    return p;
+}
+
 /* Kernels reading views at offsets that are not binding-aligned (rows with gaps, a transpose, a slice
  * of a weight) and writing into the arena; each output is read back and checked exactly (x2 is exact). */
 static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
@@ -253,18 +272,7 @@ static void every_kind_of_view_reads_back_what_the_device_wrote(void) {
         kiln__cont(g, kiln__view(g, outs[0], 2, ne3, nb3, 4 * 1)); /* rows with gaps of a device result */
     for (int i = 0; i < 5; i++)
         kiln__graph_set_output(g, outs[i]);
-    CHECK_OK(kiln__graph_order(g));
-    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
-    CHECK_OK(kiln__sched_create(list, 2, &s));
-    CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
-    if (!p) goto done;
-    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
-    CHECK_EQ_INT(kiln__sched_plan_split_backend(p, 0), 0);
-    for (int b = 0; b < 2; b++)
-        if (kiln__sched_plan_arena_bytes(p, b))
-            CHECK_OK(
-                kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
-    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    if (!(p = one_split(g, vk, cpu, &s, arenas))) goto done;
     CHECK_OK(kiln__sched_compute(p));
     const float *o0 = kiln__sched_plan_output(p, 0)->data, *o1 = kiln__sched_plan_output(p, 1)->data;
     const float *o2 = kiln__sched_plan_output(p, 2)->data, *o3 = kiln__sched_plan_output(p, 3)->data;
@@ -502,16 +510,7 @@ static void independent_matmuls_share_one_barrier(void) {
         kiln__add(g, kiln__matmul(g, kiln__graph_leaf(g, "w1", KILN_TYPE_F32, 2, wne, w1, KILN_TENSOR_WEIGHT), xl),
                   kiln__matmul(g, kiln__graph_leaf(g, "w2", KILN_TYPE_F32, 2, wne, w2, KILN_TENSOR_WEIGHT), xl));
     kiln__graph_set_output(g, y);
-    CHECK_OK(kiln__graph_order(g));
-    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
-    CHECK_OK(kiln__sched_create(list, 2, &s));
-    CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
-    if (!p) goto done;
-    CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
-    for (int b = 0; b < 2; b++)
-        if (kiln__sched_plan_arena_bytes(p, b))
-            CHECK_OK(kiln__backend_buffer_alloc(list[b].backend, kiln__sched_plan_arena_bytes(p, b), &arenas[b]));
-    CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    if (!(p = one_split(g, vk, cpu, &s, arenas))) goto done;
     kiln__backend_vulkan_barriers(vk, &d0, &b0);
     CHECK_OK(kiln__sched_compute(p));
     kiln__backend_vulkan_barriers(vk, &d1, &b1);
@@ -553,16 +552,7 @@ static void q8_three_matmuls(kiln_backend *vk, kiln_backend *cpu, void *wq[3], f
     kiln_tensor *y = kiln__add(g, kiln__add(g, kiln__matmul(g, w[0], a), kiln__matmul(g, w[1], a)),
                                kiln__matmul(g, w[2], c));
     kiln__graph_set_output(g, y);
-    CHECK_OK(kiln__graph_order(g));
-    kiln_sched_backend list[2] = {{vk, 0}, {cpu, 0}};
-    CHECK_OK(kiln__sched_create(list, 2, &s));
-    if (s) CHECK_OK(kiln__sched_plan_create(s, g, 1, &p));
-    if (p) {
-        CHECK_EQ_INT(kiln__sched_plan_n_splits(p), 1);
-        for (int i = 0; i < 2; i++)
-            if (kiln__sched_plan_arena_bytes(p, i))
-                CHECK_OK(kiln__backend_buffer_alloc(list[i].backend, kiln__sched_plan_arena_bytes(p, i), &arenas[i]));
-        CHECK_OK(kiln__sched_plan_commit(p, arenas));
+    if ((p = one_split(g, vk, cpu, &s, arenas))) {
         kiln__backend_vulkan_barriers(vk, &d0, &b);
         CHECK_OK(kiln__sched_compute(p));
         kiln__backend_vulkan_barriers(vk, &d1, &b);
@@ -616,22 +606,32 @@ static void one_activation_is_quantized_once_for_every_matmul_that_reads_it(void
     kiln__backend_destroy(cpu2);
 }
 
-/* stories260K's decode step on the device: the barriers it records, fewer than its dispatches. */
-static void a_decode_step_waits_less_often_than_it_dispatches(void) {
+/* stories260K on vulkan and a 64-cell context of it that has decoded the 3-token prompt; NULL (the test has
+ * failed, *m may still need destroying) when either could not be made. */
+static const int32_t prompt3[3] = {1, 403, 407};
+
+static kiln_ctx *prompted_context(kiln_model **m) {
     kiln_ctx_params p = harness_ctx_params();
     kiln_ctx *ctx = NULL;
     const float *logits = NULL;
-    int32_t prompt[3] = {1, 403, 407};
+    *m = load("vulkan");
+    p.n_ctx = 64;
+    if (*m) CHECK_OK(kiln_ctx_create(*m, &p, &ctx));
+    if (ctx) CHECK_OK(kiln_ctx_decode(ctx, prompt3, 3, &logits));
+    return ctx;
+}
+
+/* stories260K's decode step on the device: the barriers it records, fewer than its dispatches. */
+static void a_decode_step_waits_less_often_than_it_dispatches(void) {
+    kiln_model *m = NULL;
+    kiln_ctx *ctx = NULL;
+    const float *logits = NULL;
     uint64_t d0 = 0, b0 = 0, d1 = 0, b1 = 0;
     if (skip()) return;
-    kiln_model *m = load("vulkan");
-    p.n_ctx = 64;
-    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
-    if (!ctx) goto done;
-    CHECK_OK(kiln_ctx_decode(ctx, prompt, 3, &logits));
+    if (!(ctx = prompted_context(&m))) goto done;
     kiln_backend *vk = m->engine->backends[0];
     kiln__backend_vulkan_barriers(vk, &d0, &b0);
-    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits)); /* a new plan (one token): recorded */
+    CHECK_OK(kiln_ctx_decode(ctx, prompt3, 1, &logits)); /* a new plan (one token): recorded */
     kiln__backend_vulkan_barriers(vk, &d1, &b1);
     printf("  one decode step: %llu dispatches, %llu barriers between them\n", (unsigned long long)(d1 - d0),
            (unsigned long long)(b1 - b0));
@@ -656,28 +656,23 @@ static uint64_t profiled_calls(const kiln_device_profile *p) {
  * within the host's wait for those submissions; off, nothing more is counted; on again starts from zero.
  * A model on the CPU alone has nothing to profile and says so. */
 static void the_profile_times_every_dispatch_while_it_is_on(void) {
-    kiln_ctx_params p = harness_ctx_params();
+    kiln_model *m = NULL;
     kiln_ctx *ctx = NULL;
     const float *logits = NULL;
-    int32_t prompt[3] = {1, 403, 407};
     uint64_t d0 = 0, d1 = 0, b = 0, sum = 0;
     kiln_device_profile pr, again;
     kiln_model *cpu = load("cpu");
     if (cpu) CHECK_EQ_INT(kiln_model_profile(cpu, true), KILN_E_UNSUPPORTED);
     kiln_model_destroy(cpu);
     if (skip()) return;
-    kiln_model *m = load("vulkan");
-    p.n_ctx = 64;
-    if (m) CHECK_OK(kiln_ctx_create(m, &p, &ctx));
-    if (!ctx) goto done;
-    CHECK_OK(kiln_ctx_decode(ctx, prompt, 3, &logits));
-    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
+    if (!(ctx = prompted_context(&m))) goto done;
+    CHECK_OK(kiln_ctx_decode(ctx, prompt3, 1, &logits));
     kiln_backend *vk = m->engine->backends[0];
     CHECK_OK(kiln_model_profile(m, true));
     kiln__backend_vulkan_barriers(vk, &d0, &b);
-    CHECK_OK(kiln_ctx_decode(ctx, &prompt[1], 1, &logits)); /* profiling is in the key: recorded anew */
+    CHECK_OK(kiln_ctx_decode(ctx, &prompt3[1], 1, &logits)); /* profiling is in the key: recorded anew */
     kiln__backend_vulkan_barriers(vk, &d1, &b);
-    CHECK_OK(kiln_ctx_decode(ctx, &prompt[2], 1, &logits)); /* the same step again */
+    CHECK_OK(kiln_ctx_decode(ctx, &prompt3[2], 1, &logits)); /* the same step again */
     CHECK_OK(kiln_model_profile_read(m, &pr));
     sum = profiled_calls(&pr);
     printf("  two profiled steps: %llu submissions, %llu recorded, %llu dispatches in %d kernels, kernels %.3f ms "
@@ -700,7 +695,7 @@ static void the_profile_times_every_dispatch_while_it_is_on(void) {
     CHECK_EQ_INT(ns, pr.kernel_ns);
     CHECK(pr.kernel_ns > 0 && pr.kernel_ns <= pr.submit_ns);
     CHECK_OK(kiln_model_profile(m, false));
-    CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
+    CHECK_OK(kiln_ctx_decode(ctx, prompt3, 1, &logits));
     CHECK_OK(kiln_model_profile_read(m, &again));
     CHECK_EQ_INT(again.computes, pr.computes);
     CHECK_EQ_INT(profiled_calls(&again), sum);
