@@ -42,9 +42,9 @@ static const char bench_help[] =
     "  --no-bandwidth      skip the start-up read-bandwidth probe (a few seconds: the best of several\n"
     "                      access patterns, page sizes and thread counts)\n"
     "  -v, --verbose       print every pattern the bandwidth probe tries to stderr\n"
-    "  --profile           time every device kernel of the measured runs (not the warm-up) and print\n"
-    "                      a table per test to stderr: where a run's wall time goes (recording,\n"
-    "                      the device, the host) and each kernel's share (docs/vulkan.md, Profiling)\n"
+    "  --profile           time every kernel of the measured runs (not the warm-up), on the device or the\n"
+    "                      CPU, and print a table per test to stderr: where a run's wall time goes\n"
+    "                      (preparing, running, the host) and each kernel's share (docs/runtime.md)\n"
     "  --lookup, --model-draft F  speculative mode: greedy generation after a prompt, plain against\n"
     "                      speculative (`kiln bench --lookup --help`)\n"
     "  -h, --help          this text\n";

@@ -1,10 +1,10 @@
 /*
- * profile.c - the device kernel profile as a markdown table (`kiln bench --profile`).
+ * profile.c - the kernel profile as a markdown table (`kiln bench --profile`).
  *
- * What the wall time of a run is made of: the host recording or finding its command buffers, the device
- * running them while the host waits (submit), and the rest (the host's own graph work, uploads of the
- * inputs, reading the logits). The kernels' device time is part of submit; submit less the kernels is the
- * device's idle time between and around them.
+ * What the wall time of a run is made of: preparing its computes (a device recording or finding its
+ * command buffers, the CPU packing weights), running them (a device's work while the host waits, the CPU
+ * pool's run), and the rest (the host's own graph work, the inputs, reading the logits). The kernels' time
+ * is part of the run; the run less the kernels is the idle time between and around them.
  */
 #include "profile.h"
 
@@ -15,12 +15,12 @@ void cli_print_profile(FILE *f, const char *test, const kiln_device_profile *p, 
     double ker = (double)p->kernel_ns * 1e-6 * per;
     fprintf(
         f,
-        "\ndevice profile, %s, per run (%ld runs): wall %.3f ms = record %.3f + submit %.3f (kernels %.3f, "
-        "the device idle %.3f) + the host's other work %.3f; %.1f submissions (%.1f recorded)\n",
+        "\nprofile, %s, per run (%ld runs): wall %.3f ms = prepare %.3f + run %.3f (kernels %.3f, idle %.3f) + "
+        "the host's other work %.3f; %.1f computes (%.1f recorded)\n",
         test, runs, wall, rec, sub, ker, sub - ker, wall - rec - sub, (double)p->computes / (double)runs,
         (double)p->recorded / (double)runs);
     if (p->unattributed)
-        fprintf(f, "(%llu dispatches past a recording's timestamps are in no row)\n",
+        fprintf(f, "(%llu dispatches or nodes are in no row: past a recording's timestamps, or past the rows)\n",
                 (unsigned long long)p->unattributed);
     fprintf(f, "\n| kernel | calls/run | ms/run | share of kernels | us/call |\n|---|---|---|---|---|\n");
     for (int32_t i = 0; i < p->n_kernels; i++) {

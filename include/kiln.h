@@ -617,23 +617,28 @@ typedef struct kiln_model_memory {
 
 kiln_status kiln_model_memory_info(const kiln_model *model, kiln_model_memory *out);
 
-/* ---- Device kernel profile (docs/vulkan.md, Profiling) ----
- * Off by default. While it is on, a device backend writes a device timestamp after every dispatch of every
- * submission (replayed ones too) and adds the time since the one before to its kernel's row: with no
- * barrier between two dispatches the second may overlap the first, and then the time is the last one's.
- * Switching it on or off makes the device record its command buffers anew. */
+/* ---- Kernel profile (docs/vulkan.md and docs/runtime.md, Profiling) ----
+ * Off by default. While it is on, every backend that can times its kernels: a Vulkan device writes a device
+ * timestamp after every dispatch of every submission (replayed ones too) and adds the time since the one
+ * before to its kernel's row (with no barrier between two dispatches the second may overlap the first, and
+ * then the time is the last one's; switching the profile on or off makes it record its command buffers
+ * anew); the CPU adds each node's wall time on its thread pool, start to end-of-node barrier, to its op's
+ * row. */
 #define KILN_PROFILE_KERNELS 48
 typedef struct kiln_kernel_time {
-    char name[32];  /* the shader and its variant, e.g. "mul_mv q4_0", "attention f16" */
+    char name[32];  /* a device's shader and variant ("mul_mv q4_0", "attention f16"), the CPU's op and
+                     * weight type ("matmul q4_0", "rms_norm_mul") */
     uint64_t calls; /* dispatches */
     uint64_t ns;    /* device time */
 } kiln_kernel_time;
 
 typedef struct kiln_device_profile {
-    uint64_t computes;  /* node ranges the device backends ran: one submission each */
-    uint64_t recorded;  /* of those, recorded anew (the rest replayed a recording) */
-    uint64_t record_ns; /* host time recording them, weight uploads included */
-    uint64_t submit_ns; /* host time from submitting them until their fences signalled */
+    uint64_t computes;  /* node ranges the backends ran (a device: one submission each) */
+    uint64_t recorded;  /* of those, recorded anew by a device (the rest replayed a recording) */
+    uint64_t record_ns; /* host time preparing them: a device's recording and weight uploads, the CPU's
+                         * weight packing and scratch */
+    uint64_t submit_ns; /* host time running them: from a device submission until its fence signalled, the
+                         * CPU pool's run */
     uint64_t kernel_ns; /* device time of the kernels: the rows' sum */
     uint64_t unattributed; /* dispatches past a recording's timestamp capacity (in no row) */
     int32_t n_kernels;  /* rows below, the most time first */
@@ -641,7 +646,7 @@ typedef struct kiln_device_profile {
 } kiln_device_profile;
 
 /* on: clear the counters and start; off: stop (the counters stay readable). KILN_E_UNSUPPORTED when no
- * backend of the model can (the CPU alone, or a device without timestamps on its compute queue). */
+ * backend of the model can (a device without timestamps on its compute queue, and no CPU backend). */
 kiln_status kiln_model_profile(kiln_model *model, bool on);
 kiln_status kiln_model_profile_read(const kiln_model *model, kiln_device_profile *out);
 

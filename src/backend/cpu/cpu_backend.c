@@ -8,6 +8,7 @@
  * graph and grow only when a larger graph arrives, so a warmed-up decode step allocates nothing.
  */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_profile.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
 
@@ -54,6 +55,7 @@ typedef struct cpu_context {
     kiln_graph *graph;      /* the graph being computed (job argument) */
     int32_t i0, i1;         /* the range of its execution order being computed (job argument) */
     kiln_backend *self;     /* for the abort callback */
+    kiln_cpu_profile prof;  /* kiln_model_profile: read and written by thread 0 and the calling thread only */
     atomic_int stop_at;     /* the node after which every thread stops: set by thread 0 when the abort
                              * callback says so; each thread compares it with the node it has just
                              * finished, so all stop after the same barrier */
@@ -102,10 +104,12 @@ static void graph_job(void *arg, int ith, int nth) {
         if (!kernel) continue;
         kiln_cpu_args args = {t, ith, nth, c->scratch ? c->scratch + (size_t)ith * c->scratch_stride : NULL,
                               (void *)(((uintptr_t)c->shared + 63) & ~(uintptr_t)63), c->pool, c->node_packed[i]};
+        uint64_t t0 = ith == 0 && c->prof.on ? kiln__cpu_now_ns() : 0;
         kernel(&args);
         if (ith == 0 && c->self->abort_fn && c->self->abort_fn(c->self->abort_user))
             atomic_store_explicit(&c->stop_at, i, memory_order_relaxed);
         kiln__pool_barrier(c->pool);
+        if (t0) kiln__cpu_profile_node(&c->prof, t, kiln__cpu_now_ns() - t0);
         if (atomic_load_explicit(&c->stop_at, memory_order_relaxed) <= i) return;
     }
 }
@@ -254,6 +258,7 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32
     size_t stride = 0, total;
     int nth = kiln__pool_size(c->pool);
     kiln_status s;
+    uint64_t t0 = c->prof.on ? kiln__cpu_now_ns() : 0, t1 = 0;
     if (i0 == i1) return KILN_OK;
     for (int32_t i = i0; i < i1; i++) {
         kiln_tensor *t = kiln__graph_node(g, i);
@@ -275,8 +280,14 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32
     c->i0 = i0;
     c->i1 = i1;
     atomic_store(&c->stop_at, INT32_MAX);
+    if (t0) t1 = kiln__cpu_now_ns();
     kiln__pool_run(c->pool, graph_job, c);
     c->graph = NULL;
+    if (t0) {
+        c->prof.computes++;
+        c->prof.prepare_ns += t1 - t0;
+        c->prof.run_ns += kiln__cpu_now_ns() - t1;
+    }
     if (atomic_load(&c->stop_at) != INT32_MAX) return kiln__error(KILN_E_ABORTED, "the computation was aborted by the caller");
     return KILN_OK;
 }
@@ -300,6 +311,15 @@ static void cpu_memory(const kiln_backend *b, kiln_backend_memory *out) {
     out->released_bytes = c->released_bytes;
 }
 
+static kiln_status cpu_profile(kiln_backend *b, bool on) {
+    kiln__cpu_profile_set(&((cpu_context *)b->context)->prof, on);
+    return KILN_OK;
+}
+
+static void cpu_profile_read(const kiln_backend *b, kiln_device_profile *out) {
+    kiln__cpu_profile_read(&((const cpu_context *)b->context)->prof, out);
+}
+
 static const kiln_backend_iface cpu_iface = {
     .name = cpu_name,
     .supports_op = cpu_supports_op,
@@ -309,6 +329,8 @@ static const kiln_backend_iface cpu_iface = {
     .compute = cpu_compute,
     .destroy = cpu_destroy,
     .memory = cpu_memory,
+    .profile = cpu_profile,
+    .profile_read = cpu_profile_read,
 };
 
 void kiln__backend_cpu_set_mapping(kiln_backend *b, const void *mapping, size_t size) {
