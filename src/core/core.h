@@ -69,4 +69,7 @@ static inline bool kiln__align_up(uint64_t x, uint64_t align, uint64_t *out) {
 #define KILN__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define KILN__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* CLOCK_MONOTONIC in nanoseconds (clock.c): profiles, the thread pool's spin budget, timing logs. */
+uint64_t kiln__now_ns(void);
+
 #endif /* KILN_CORE_H */

@@ -11,7 +11,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 struct kiln_program {
     kiln_engine *engine;
@@ -24,9 +23,7 @@ struct kiln_program {
 };
 
 static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)kiln__now_ns() / 1e6;
 }
 
 static void logf_program(const kiln_program *p, const char *fmt, ...) KILN__PRINTF(2, 3);

@@ -39,7 +39,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_DRAFT 64
 #define N_BUCKETS 8    /* batches of 1, 2, 4 .. 128 tokens: n_draft + 1 <= 65 */
@@ -188,9 +187,7 @@ static kiln_status draft_model(kiln_spec *sp, const int32_t *h, int32_t n, int32
 }
 
 static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)kiln__now_ns() * 1e-9;
 }
 
 static int32_t bucket_index(int32_t n_tokens) {

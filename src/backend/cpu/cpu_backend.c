@@ -104,12 +104,12 @@ static void graph_job(void *arg, int ith, int nth) {
         if (!kernel) continue;
         kiln_cpu_args args = {t, ith, nth, c->scratch ? c->scratch + (size_t)ith * c->scratch_stride : NULL,
                               (void *)(((uintptr_t)c->shared + 63) & ~(uintptr_t)63), c->pool, c->node_packed[i]};
-        uint64_t t0 = ith == 0 && c->prof.on ? kiln__cpu_now_ns() : 0;
+        uint64_t t0 = ith == 0 && c->prof.on ? kiln__now_ns() : 0;
         kernel(&args);
         if (ith == 0 && c->self->abort_fn && c->self->abort_fn(c->self->abort_user))
             atomic_store_explicit(&c->stop_at, i, memory_order_relaxed);
         kiln__pool_barrier(c->pool);
-        if (t0) kiln__cpu_profile_node(&c->prof, t, kiln__cpu_now_ns() - t0);
+        if (t0) kiln__cpu_profile_node(&c->prof, t, kiln__now_ns() - t0);
         if (atomic_load_explicit(&c->stop_at, memory_order_relaxed) <= i) return;
     }
 }
@@ -258,7 +258,7 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32
     size_t stride = 0, total;
     int nth = kiln__pool_size(c->pool);
     kiln_status s;
-    uint64_t t0 = c->prof.on ? kiln__cpu_now_ns() : 0, t1 = 0;
+    uint64_t t0 = c->prof.on ? kiln__now_ns() : 0, t1 = 0;
     if (i0 == i1) return KILN_OK;
     for (int32_t i = i0; i < i1; i++) {
         kiln_tensor *t = kiln__graph_node(g, i);
@@ -280,13 +280,13 @@ static kiln_status cpu_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32
     c->i0 = i0;
     c->i1 = i1;
     atomic_store(&c->stop_at, INT32_MAX);
-    if (t0) t1 = kiln__cpu_now_ns();
+    if (t0) t1 = kiln__now_ns();
     kiln__pool_run(c->pool, graph_job, c);
     c->graph = NULL;
     if (t0) {
         c->prof.computes++;
         c->prof.prepare_ns += t1 - t0;
-        c->prof.run_ns += kiln__cpu_now_ns() - t1;
+        c->prof.run_ns += kiln__now_ns() - t1;
     }
     if (atomic_load(&c->stop_at) != INT32_MAX) return kiln__error(KILN_E_ABORTED, "the computation was aborted by the caller");
     return KILN_OK;

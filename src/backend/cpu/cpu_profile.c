@@ -5,17 +5,12 @@
  */
 #include "backend/cpu/cpu_profile.h"
 
+#include "core/core.h"
+
 #include "tensor/types.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-uint64_t kiln__cpu_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void kiln__cpu_profile_set(kiln_cpu_profile *p, bool on) {
     if (on) memset(p, 0, sizeof *p);

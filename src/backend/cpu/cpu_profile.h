@@ -22,7 +22,6 @@ typedef struct kiln_cpu_profile {
     uint64_t computes, prepare_ns, run_ns, unattributed;
 } kiln_cpu_profile;
 
-uint64_t kiln__cpu_now_ns(void);
 /* Start (counters cleared) or stop. */
 void kiln__cpu_profile_set(kiln_cpu_profile *p, bool on);
 /* One node's time, added to its row (a new row while there is room, else unattributed). */

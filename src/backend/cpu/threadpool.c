@@ -43,7 +43,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -172,9 +171,7 @@ static inline void cpu_relax(void) {
 }
 
 static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return (int64_t)kiln__now_ns();
 }
 
 /* Spin until s->value != old or the budget runs out; true if the value changed. The clock is read only

@@ -387,7 +387,6 @@ kiln_status kiln__vk_profile_begin(kiln_vk_ctx *c, kiln_vk_recording *rec);
 void kiln__vk_profile_mark(kiln_vk_ctx *c, int pipe);
 /* After rec's submission has finished: its timestamps read and added to the kernels' rows. */
 kiln_status kiln__vk_profile_collect(kiln_vk_ctx *c, const kiln_vk_recording *rec);
-uint64_t kiln__vk_now_ns(void);
 /* The backend verbs (backend.h's profile and profile_read). */
 kiln_status kiln__vk_profile_set(kiln_backend *b, bool on);
 void kiln__vk_profile_read(const kiln_backend *b, kiln_device_profile *out);

@@ -532,7 +532,7 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
     kiln_vk_ctx *c = b->context;
     kiln_vk_recording *rec = NULL;
     kiln_status s;
-    uint64_t t0 = c->profiling ? kiln__vk_now_ns() : 0, t1;
+    uint64_t t0 = c->profiling ? kiln__now_ns() : 0, t1;
     if ((s = make_key(c, g, i0, i1))) return s;
     for (int i = 0; i < KILN_VK_RECORDINGS && !rec; i++)
         if (c->recs[i].valid && c->recs[i].key_len == c->key_len &&
@@ -549,11 +549,11 @@ static kiln_status vk_compute(kiln_backend *b, kiln_graph *g, int32_t i0, int32_
     }
     rec->last_used = ++c->clock;
     if (!c->profiling) return kiln__vk_submit_wait(c->dev, rec->cmd, c->fence);
-    t1 = kiln__vk_now_ns();
+    t1 = kiln__now_ns();
     if ((s = kiln__vk_submit_wait(c->dev, rec->cmd, c->fence))) return s;
     c->prof.computes++;
     c->prof.record_ns += t1 - t0;
-    c->prof.submit_ns += kiln__vk_now_ns() - t1;
+    c->prof.submit_ns += kiln__now_ns() - t1;
     return kiln__vk_profile_collect(c, rec);
 }
 

@@ -15,15 +15,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 _Static_assert(KILN_VK_PIPE_COUNT <= KILN_PROFILE_KERNELS, "a profile row for every pipeline");
-
-uint64_t kiln__vk_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static kiln_status vk_fail(VkResult r, const char *what) {
     kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
