@@ -106,6 +106,9 @@ void kiln__vk_describe(kiln_vk_loader *l, VkPhysicalDevice pd, int32_t index, ki
 kiln_status kiln__vk_load_device(kiln_vk_loader *l, VkDevice dev);
 /* "VK_ERROR_OUT_OF_DEVICE_MEMORY" and the like. */
 const char *kiln__vk_result_name(VkResult r);
+/* A failed Vulkan call as a status: KILN_E_NOMEM for out of host or device memory, else KILN_E_INTERNAL, with
+ * "vulkan: WHAT failed (VK_...)" as the message. */
+kiln_status kiln__vk_fail(VkResult r, const char *what);
 
 /* ---- The device: what the pool, the transfers and the kernels share ---- */
 

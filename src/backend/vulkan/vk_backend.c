@@ -28,12 +28,6 @@
 
 #define DESC_SETS 1024 /* descriptor sets per descriptor pool */
 
-static kiln_status vk_fail(VkResult r, const char *what) {
-    kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
-                                                                                           : KILN_E_INTERNAL;
-    return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
-}
-
 static const char *vk_name(const kiln_backend *b) {
     (void)b;
     return "vulkan";
@@ -230,7 +224,7 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
                                              .pPoolSizes = &size};
             if ((r = fn->vkCreateDescriptorPool(c->dev->device, &ci, NULL,
                                                 &rec->desc_pools[rec->n_desc_pools])))
-                return vk_fail(r, "vkCreateDescriptorPool");
+                return kiln__vk_fail(r, "vkCreateDescriptorPool");
             rec->n_desc_pools++;
         }
         rec->used_desc_pools++;
@@ -241,7 +235,7 @@ static kiln_status next_set(kiln_vk_ctx *c, VkDescriptorSet *out) {
                                       .descriptorSetCount = 1,
                                       .pSetLayouts = &c->set_layout};
     if ((r = fn->vkAllocateDescriptorSets(c->dev->device, &ai, out)))
-        return vk_fail(r, "vkAllocateDescriptorSets");
+        return kiln__vk_fail(r, "vkAllocateDescriptorSets");
     rec->sets_in_pool++;
     return KILN_OK;
 }
@@ -382,7 +376,7 @@ static kiln_status free_slot(kiln_vk_ctx *c, kiln_vk_recording **out) {
                                               .commandBufferCount = 1};
             if ((r = fn->vkAllocateCommandBuffers(c->dev->device, &ai, &rec->cmd))) {
                 rec->cmd = VK_NULL_HANDLE;
-                return vk_fail(r, "vkAllocateCommandBuffers");
+                return kiln__vk_fail(r, "vkAllocateCommandBuffers");
             }
             *out = rec;
             return KILN_OK;
@@ -486,11 +480,11 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
     if ((s = upload_weights(b, g, i0, i1)) || (s = size_scratch(c, g, i0, i1))) return s;
     for (int32_t i = 0; i < rec->used_desc_pools; i++)
         if ((r = fn->vkResetDescriptorPool(c->dev->device, rec->desc_pools[i], 0)))
-            return vk_fail(r, "vkResetDescriptorPool");
+            return kiln__vk_fail(r, "vkResetDescriptorPool");
     rec->used_desc_pools = 0;
-    if ((r = fn->vkResetCommandBuffer(rec->cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
+    if ((r = fn->vkResetCommandBuffer(rec->cmd, 0))) return kiln__vk_fail(r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    if ((r = fn->vkBeginCommandBuffer(rec->cmd, &bi))) return kiln__vk_fail(r, "vkBeginCommandBuffer");
     if ((s = kiln__vk_profile_begin(c, rec))) return s;
     c->rec = rec;
     c->q8.valid = false;
@@ -511,7 +505,7 @@ static kiln_status record(kiln_backend *b, kiln_graph *g, int32_t i0, int32_t i1
                           .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
     fn->vkCmdPipelineBarrier(rec->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0,
                              1, &mb, 0, NULL, 0, NULL);
-    if ((r = fn->vkEndCommandBuffer(rec->cmd)) && !s) s = vk_fail(r, "vkEndCommandBuffer");
+    if ((r = fn->vkEndCommandBuffer(rec->cmd)) && !s) s = kiln__vk_fail(r, "vkEndCommandBuffer");
     if (s) return s;
     /* Recording may have uploaded weights (new blocks), so the key is taken again. */
     if ((s = make_key(c, g, i0, i1))) return s;
@@ -649,7 +643,7 @@ static kiln_status make_pipeline(kiln_vk_ctx *c, int pipe, const char *name, int
                                    .codeSize = sh->size,
                                    .pCode = (const uint32_t *)(const void *)sh->code};
     if ((r = fn->vkCreateShaderModule(c->dev->device, &mi, NULL, &mod)))
-        return vk_fail(r, "vkCreateShaderModule");
+        return kiln__vk_fail(r, "vkCreateShaderModule");
     VkSpecializationMapEntry entry = {0, 0, sizeof value};
     VkSpecializationInfo si = {1, &entry, sizeof value, &value};
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -690,7 +684,7 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
                                           .bindingCount = KILN_VK_BINDINGS,
                                           .pBindings = binds};
     if ((r = fn->vkCreateDescriptorSetLayout(c->dev->device, &li, NULL, &c->set_layout)))
-        return vk_fail(r, "vkCreateDescriptorSetLayout");
+        return kiln__vk_fail(r, "vkCreateDescriptorSetLayout");
     VkPushConstantRange pc = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
     VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                      .setLayoutCount = 1,
@@ -698,7 +692,7 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
                                      .pushConstantRangeCount = 1,
                                      .pPushConstantRanges = &pc};
     if ((r = fn->vkCreatePipelineLayout(c->dev->device, &pi, NULL, &c->layout)))
-        return vk_fail(r, "vkCreatePipelineLayout");
+        return kiln__vk_fail(r, "vkCreatePipelineLayout");
     c->subgroup = c->dev->info.subgroup_arithmetic && !c->opt.portable_reduce;
     if ((s = make_pipeline(c, KILN_VK_PIPE_BINARY, "binary", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_UNARY, "unary", -1)) ||
@@ -726,7 +720,7 @@ static kiln_status make_fence(kiln_vk_ctx *c) {
     VkResult r;
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = c->dev->fn->vkCreateFence(c->dev->device, &fci, NULL, &c->fence)))
-        return vk_fail(r, "vkCreateFence");
+        return kiln__vk_fail(r, "vkCreateFence");
     return KILN_OK;
 }
 

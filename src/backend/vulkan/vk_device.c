@@ -16,12 +16,6 @@
 
 #define SLOT_BYTES ((VkDeviceSize)4 << 20)
 
-static kiln_status vk_fail(VkResult r, const char *what) {
-    kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
-                                                                                           : KILN_E_INTERNAL;
-    return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
-}
-
 /* The first memory type allowed by bits with all of `want`; UINT32_MAX when none. */
 static uint32_t memory_type(const VkPhysicalDeviceMemoryProperties *m, uint32_t bits,
                             VkMemoryPropertyFlags want) {
@@ -99,23 +93,23 @@ static kiln_status make_commands(kiln_vk_device *d) {
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                    .queueFamilyIndex = d->queue_family};
     if ((r = d->fn->vkCreateCommandPool(d->device, &pci, NULL, &d->cmd_pool)))
-        return vk_fail(r, "vkCreateCommandPool");
+        return kiln__vk_fail(r, "vkCreateCommandPool");
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = d->cmd_pool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                       .commandBufferCount = 1};
     if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->transfer_cmd)) ||
         (r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->pending_cmd)))
-        return vk_fail(r, "vkAllocateCommandBuffers");
+        return kiln__vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->transfer_fence)))
-        return vk_fail(r, "vkCreateFence");
+        return kiln__vk_fail(r, "vkCreateFence");
     d->pending_slot = -1;
     for (int i = 0; i < KILN_VK_RING_SLOTS; i++) {
         if ((r = d->fn->vkAllocateCommandBuffers(d->device, &ai, &d->ring[i].cmd)))
-            return vk_fail(r, "vkAllocateCommandBuffers (staging ring)");
+            return kiln__vk_fail(r, "vkAllocateCommandBuffers (staging ring)");
         if ((r = d->fn->vkCreateFence(d->device, &fci, NULL, &d->ring[i].fence)))
-            return vk_fail(r, "vkCreateFence (staging ring)");
+            return kiln__vk_fail(r, "vkCreateFence (staging ring)");
     }
     return KILN_OK;
 }
@@ -130,7 +124,7 @@ static kiln_status make_staging(kiln_vk_device *d) {
                              .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if ((r = d->fn->vkCreateBuffer(d->device, &bi, NULL, &d->staging_buf)))
-        return vk_fail(r, "vkCreateBuffer (staging)");
+        return kiln__vk_fail(r, "vkCreateBuffer (staging)");
     d->fn->vkGetBufferMemoryRequirements(d->device, d->staging_buf, &req);
     d->staging_type_index = memory_type(
         &mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
@@ -144,11 +138,11 @@ static kiln_status make_staging(kiln_vk_device *d) {
                                .allocationSize = req.size,
                                .memoryTypeIndex = d->staging_type_index};
     if ((r = d->fn->vkAllocateMemory(d->device, &ai, NULL, &d->staging_mem)))
-        return vk_fail(r, "vkAllocateMemory (staging)");
+        return kiln__vk_fail(r, "vkAllocateMemory (staging)");
     if ((r = d->fn->vkBindBufferMemory(d->device, d->staging_buf, d->staging_mem, 0)))
-        return vk_fail(r, "vkBindBufferMemory");
+        return kiln__vk_fail(r, "vkBindBufferMemory");
     if ((r = d->fn->vkMapMemory(d->device, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map)))
-        return vk_fail(r, "vkMapMemory (staging)");
+        return kiln__vk_fail(r, "vkMapMemory (staging)");
     d->staging_size = SLOT_BYTES;
     return KILN_OK;
 }
@@ -201,7 +195,7 @@ static kiln_status close_pending(kiln_vk_device *d, uint32_t *n) {
                                 VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
     d->pending_open = false;
     d->pending_bytes = 0;
-    if ((r = d->fn->vkEndCommandBuffer(d->pending_cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    if ((r = d->fn->vkEndCommandBuffer(d->pending_cmd))) return kiln__vk_fail(r, "vkEndCommandBuffer");
     *n = 1;
     return KILN_OK;
 }
@@ -219,8 +213,8 @@ static kiln_status submit(kiln_vk_device *d, VkCommandBuffer cmd, VkFence fence,
     if (cmd) cmds[n++] = cmd;
     if (n == 0) return KILN_OK;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = n, .pCommandBuffers = cmds};
-    if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return vk_fail(r, "vkResetFences");
-    if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return vk_fail(r, "vkQueueSubmit");
+    if ((r = d->fn->vkResetFences(d->device, 1, &fence))) return kiln__vk_fail(r, "vkResetFences");
+    if ((r = d->fn->vkQueueSubmit(d->queue, 1, &si, fence))) return kiln__vk_fail(r, "vkQueueSubmit");
     d->submits++;
     *submitted = true;
     return KILN_OK;
@@ -232,7 +226,7 @@ kiln_status kiln__vk_submit_wait(kiln_vk_device *d, VkCommandBuffer cmd, VkFence
     kiln_status s = submit(d, cmd, fence, &submitted);
     if (s || !submitted) return s;
     if ((r = d->fn->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX)))
-        return vk_fail(r, "vkWaitForFences");
+        return kiln__vk_fail(r, "vkWaitForFences");
     /* A fence signalled by vkQueueSubmit also waits for every command submitted before it. */
     for (int i = 0; i < KILN_VK_RING_SLOTS; i++)
         d->ring[i].busy = false;
@@ -244,7 +238,7 @@ static kiln_status slot_wait(kiln_vk_device *d, int i) {
     VkResult r;
     if (!d->ring[i].busy) return KILN_OK;
     if ((r = d->fn->vkWaitForFences(d->device, 1, &d->ring[i].fence, VK_TRUE, UINT64_MAX)))
-        return vk_fail(r, "vkWaitForFences (staging ring)");
+        return kiln__vk_fail(r, "vkWaitForFences (staging ring)");
     d->ring[i].busy = false;
     if (d->pending_slot == i) d->pending_slot = -1;
     return KILN_OK;
@@ -287,8 +281,8 @@ static kiln_status defer_upload(kiln_vk_device *d, kiln_vk_span dst, const void 
         kiln_status s;
         /* an upload that carried the last batch may still be running it */
         if (d->pending_slot >= 0 && (s = slot_wait(d, d->pending_slot))) return s;
-        if ((r = d->fn->vkResetCommandBuffer(d->pending_cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
-        if ((r = d->fn->vkBeginCommandBuffer(d->pending_cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+        if ((r = d->fn->vkResetCommandBuffer(d->pending_cmd, 0))) return kiln__vk_fail(r, "vkResetCommandBuffer");
+        if ((r = d->fn->vkBeginCommandBuffer(d->pending_cmd, &bi))) return kiln__vk_fail(r, "vkBeginCommandBuffer");
         d->pending_open = true;
     }
     d->fn->vkCmdUpdateBuffer(d->pending_cmd, dst.buffer, dst.offset, size, src);
@@ -306,8 +300,8 @@ static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_of
                           .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
     VkResult r;
-    if ((r = d->fn->vkResetCommandBuffer(d->transfer_cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
-    if ((r = d->fn->vkBeginCommandBuffer(d->transfer_cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    if ((r = d->fn->vkResetCommandBuffer(d->transfer_cmd, 0))) return kiln__vk_fail(r, "vkResetCommandBuffer");
+    if ((r = d->fn->vkBeginCommandBuffer(d->transfer_cmd, &bi))) return kiln__vk_fail(r, "vkBeginCommandBuffer");
     if (src) {
         VkBufferCopy region = {src_off, dst_off, size};
         d->fn->vkCmdCopyBuffer(d->transfer_cmd, src, dst, 1, &region);
@@ -317,7 +311,7 @@ static kiln_status transfer(kiln_vk_device *d, VkBuffer src, VkDeviceSize src_of
     d->fn->vkCmdPipelineBarrier(d->transfer_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
                                 VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0,
                                 NULL, 0, NULL);
-    if ((r = d->fn->vkEndCommandBuffer(d->transfer_cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    if ((r = d->fn->vkEndCommandBuffer(d->transfer_cmd))) return kiln__vk_fail(r, "vkEndCommandBuffer");
     return kiln__vk_submit_wait(d, d->transfer_cmd, d->transfer_fence);
 }
 
@@ -334,13 +328,13 @@ static kiln_status slot_send(kiln_vk_device *d, int i, VkBuffer dst, VkDeviceSiz
     VkResult r;
     bool submitted;
     kiln_status s;
-    if ((r = d->fn->vkResetCommandBuffer(cmd, 0))) return vk_fail(r, "vkResetCommandBuffer");
-    if ((r = d->fn->vkBeginCommandBuffer(cmd, &bi))) return vk_fail(r, "vkBeginCommandBuffer");
+    if ((r = d->fn->vkResetCommandBuffer(cmd, 0))) return kiln__vk_fail(r, "vkResetCommandBuffer");
+    if ((r = d->fn->vkBeginCommandBuffer(cmd, &bi))) return kiln__vk_fail(r, "vkBeginCommandBuffer");
     bool carries_pending = d->pending_open;
     d->fn->vkCmdCopyBuffer(cmd, d->staging_buf, dst, 1, &region);
     d->fn->vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1,
                                 &mb, 0, NULL, 0, NULL);
-    if ((r = d->fn->vkEndCommandBuffer(cmd))) return vk_fail(r, "vkEndCommandBuffer");
+    if ((r = d->fn->vkEndCommandBuffer(cmd))) return kiln__vk_fail(r, "vkEndCommandBuffer");
     if ((s = submit(d, cmd, d->ring[i].fence, &submitted))) return s;
     d->ring[i].busy = submitted;
     if (carries_pending) d->pending_slot = i;

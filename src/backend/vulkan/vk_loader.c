@@ -34,6 +34,12 @@ const char *kiln__vk_result_name(VkResult r) {
     }
 }
 
+kiln_status kiln__vk_fail(VkResult r, const char *what) {
+    kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
+                                                                                           : KILN_E_INTERNAL;
+    return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
+}
+
 /* Open `name` and make an instance, into l. */
 static kiln_status open_private(kiln_vk_loader *l, const char *name) {
     PFN_vkCreateInstance create;

@@ -18,12 +18,6 @@
 
 _Static_assert(KILN_VK_PIPE_COUNT <= KILN_PROFILE_KERNELS, "a profile row for every pipeline");
 
-static kiln_status vk_fail(VkResult r, const char *what) {
-    kiln_status s = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? KILN_E_NOMEM
-                                                                                           : KILN_E_INTERNAL;
-    return kiln__error(s, "vulkan: %s failed (%s)", what, kiln__vk_result_name(r));
-}
-
 kiln_status kiln__vk_profile_begin(kiln_vk_ctx *c, kiln_vk_recording *rec) {
     kiln_vk_fns *fn = c->dev->fn;
     VkResult r;
@@ -37,7 +31,7 @@ kiln_status kiln__vk_profile_begin(kiln_vk_ctx *c, kiln_vk_recording *rec) {
             return kiln__nomem("the Vulkan profile's stamps");
         if ((r = fn->vkCreateQueryPool(c->dev->device, &qi, NULL, &rec->queries))) {
             rec->queries = VK_NULL_HANDLE;
-            return vk_fail(r, "vkCreateQueryPool");
+            return kiln__vk_fail(r, "vkCreateQueryPool");
         }
     }
     fn->vkCmdResetQueryPool(rec->cmd, rec->queries, 0, KILN_VK_STAMPS);
@@ -66,7 +60,7 @@ kiln_status kiln__vk_profile_collect(kiln_vk_ctx *c, const kiln_vk_recording *re
     r = c->dev->fn->vkGetQueryPoolResults(c->dev->device, rec->queries, 0, rec->n_stamps,
                                           sizeof *t * rec->n_stamps, t, sizeof *t,
                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
-    if (r) return vk_fail(r, "vkGetQueryPoolResults");
+    if (r) return kiln__vk_fail(r, "vkGetQueryPoolResults");
     for (uint32_t i = 1; i < rec->n_stamps; i++) {
         int pipe = rec->stamp_pipe[i];
         uint64_t ticks = (t[i] - t[i - 1]) & mask; /* modular: a counter that wrapped between them */
