@@ -76,6 +76,32 @@ kiln_ctx_params harness_ctx_params(void) {
     return p;
 }
 
+uint64_t harness_profile_calls(const kiln_device_profile *p) {
+    uint64_t n = 0;
+    for (int32_t i = 0; i < p->n_kernels; i++)
+        n += p->kernels[i].calls;
+    return n;
+}
+
+uint64_t harness_check_profile(const kiln_device_profile *p) {
+    uint64_t ns = 0;
+    for (int32_t i = 0; i < p->n_kernels; i++) {
+        CHECK(p->kernels[i].calls > 0);
+        if (i > 0) CHECK(p->kernels[i].ns <= p->kernels[i - 1].ns);
+        ns += p->kernels[i].ns;
+    }
+    CHECK_EQ_INT(ns, p->kernel_ns);
+    CHECK(p->kernel_ns > 0 && p->kernel_ns <= p->submit_ns);
+    CHECK_EQ_INT(p->unattributed, 0);
+    return harness_profile_calls(p);
+}
+
+bool harness_profile_has(const kiln_device_profile *p, const char *kernel) {
+    for (int32_t i = 0; i < p->n_kernels; i++)
+        if (!strcmp(p->kernels[i].name, kernel)) return true;
+    return false;
+}
+
 /* ---- The test allocator. Live blocks are kept in an open-addressing table keyed by address (libc
  * memory, never Kiln's), so that a block allocated before the allocator was installed is freed untracked
  * and every count covers only what was allocated while it was installed. One mutex guards it all. ---- */

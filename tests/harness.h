@@ -48,6 +48,12 @@ void harness_golden_load(const char *section, harness_golden *g); /* a CHECK fai
 /* Context parameters for tests: the defaults, with every graph pass verified when the test run sets
  * KILN_CHECK_PASSES=1 (tests/CMakeLists.txt does; the library itself reads no environment). */
 kiln_ctx_params harness_ctx_params(void);
+/* A kernel profile's calls over its rows; and the same after checking the rows as kiln.h promises them: each
+ * with calls, the most time first, adding up to kernel_ns, which is positive and within submit_ns, and no
+ * dispatch or node left out of them. */
+uint64_t harness_profile_calls(const kiln_device_profile *p);
+uint64_t harness_check_profile(const kiln_device_profile *p);
+bool harness_profile_has(const kiln_device_profile *p, const char *kernel);
 /* The test allocator (kiln_set_allocator): counts every alloc and realloc, tracks the blocks and bytes
  * live (by address: a block allocated before it was installed is freed untracked) and their peak, and
  * can fail one chosen allocation. Thread-safe (the server engine allocates on its own thread).

@@ -6,21 +6,6 @@
  */
 #include "harness.h"
 
-#include <string.h>
-
-static uint64_t calls(const kiln_device_profile *p) {
-    uint64_t n = 0;
-    for (int32_t i = 0; i < p->n_kernels; i++)
-        n += p->kernels[i].calls;
-    return n;
-}
-
-static bool has_row(const kiln_device_profile *p, const char *name) {
-    for (int32_t i = 0; i < p->n_kernels; i++)
-        if (!strcmp(p->kernels[i].name, name)) return true;
-    return false;
-}
-
 static void the_cpu_profile_counts_every_kernel_node_of_every_step_while_it_is_on(void) {
     kiln_model_params mp = kiln_model_params_default();
     kiln_ctx_params cp = harness_ctx_params();
@@ -41,28 +26,22 @@ static void the_cpu_profile_counts_every_kernel_node_of_every_step_while_it_is_o
     CHECK_OK(kiln_model_profile_read(m, &one));
     CHECK_OK(kiln_ctx_decode(ctx, &prompt[2], 1, &logits));
     CHECK_OK(kiln_model_profile_read(m, &two));
-    printf("  two decode steps on the CPU: %llu computes, %llu kernel nodes in %d rows, kernels %.3f ms of a %.3f "
-           "ms run\n", (unsigned long long)two.computes, (unsigned long long)calls(&two), (int)two.n_kernels,
-           (double)two.kernel_ns * 1e-6, (double)two.submit_ns * 1e-6);
+    printf("  two decode steps on the CPU: %llu computes, %llu kernel nodes in %d rows, kernels %.3f ms of a "
+           "%.3f "
+           "ms run\n",
+           (unsigned long long)two.computes, (unsigned long long)harness_profile_calls(&two),
+           (int)two.n_kernels, (double)two.kernel_ns * 1e-6, (double)two.submit_ns * 1e-6);
     CHECK_EQ_INT(one.computes, 1);
     CHECK_EQ_INT(two.computes, 2);
-    CHECK(calls(&one) > 0);
-    CHECK_EQ_INT(calls(&two), 2 * calls(&one)); /* the same step twice */
-    CHECK(has_row(&two, "matmul f32") && has_row(&two, "attention") && has_row(&two, "rms_norm_mul"));
-    uint64_t ns = 0;
-    for (int32_t i = 0; i < two.n_kernels; i++) {
-        CHECK(two.kernels[i].calls > 0);
-        if (i > 0) CHECK(two.kernels[i].ns <= two.kernels[i - 1].ns);
-        ns += two.kernels[i].ns;
-    }
-    CHECK_EQ_INT(ns, two.kernel_ns);
-    CHECK(two.kernel_ns > 0 && two.kernel_ns <= two.submit_ns);
-    CHECK_EQ_INT(two.unattributed, 0);
+    CHECK(harness_profile_calls(&one) > 0);
+    CHECK_EQ_INT(harness_check_profile(&two), 2 * harness_profile_calls(&one)); /* the same step twice */
+    CHECK(harness_profile_has(&two, "matmul f32") && harness_profile_has(&two, "attention") &&
+          harness_profile_has(&two, "rms_norm_mul"));
     CHECK_OK(kiln_model_profile(m, false));
     CHECK_OK(kiln_ctx_decode(ctx, prompt, 1, &logits));
     CHECK_OK(kiln_model_profile_read(m, &after));
     CHECK_EQ_INT(after.computes, two.computes);
-    CHECK_EQ_INT(calls(&after), calls(&two));
+    CHECK_EQ_INT(harness_profile_calls(&after), harness_profile_calls(&two));
     CHECK_OK(kiln_model_profile(m, true));
     CHECK_OK(kiln_model_profile_read(m, &after));
     CHECK_EQ_INT(after.computes, 0);

@@ -644,13 +644,6 @@ done:
 
 /* ---- The kernel profile ---- */
 
-static uint64_t profiled_calls(const kiln_device_profile *p) {
-    uint64_t n = 0;
-    for (int32_t i = 0; i < p->n_kernels; i++)
-        n += p->kernels[i].calls;
-    return n;
-}
-
 /* While the profile is on, every dispatch of every submission is counted once in its kernel's row (a
  * replay as much as a recording), the rows add up to the kernels' time, come most time first, and lie
  * within the host's wait for those submissions; off, nothing more is counted; on again starts from zero.
@@ -671,7 +664,7 @@ static void the_profile_times_every_dispatch_while_it_is_on(void) {
     kiln__backend_vulkan_barriers(vk, &d1, &b);
     CHECK_OK(kiln_ctx_decode(ctx, &prompt3[2], 1, &logits)); /* the same step again */
     CHECK_OK(kiln_model_profile_read(m, &pr));
-    sum = profiled_calls(&pr);
+    sum = harness_check_profile(&pr);
     printf("  two profiled steps: %llu submissions, %llu recorded, %llu dispatches in %d kernels, kernels %.3f ms "
            "of %.3f ms waited\n", (unsigned long long)pr.computes, (unsigned long long)pr.recorded,
            (unsigned long long)sum, (int)pr.n_kernels, (double)pr.kernel_ns * 1e-6, (double)pr.submit_ns * 1e-6);
@@ -679,23 +672,12 @@ static void the_profile_times_every_dispatch_while_it_is_on(void) {
     CHECK_EQ_INT(sum, 2 * (d1 - d0));
     CHECK_EQ_INT(pr.computes, 2);
     CHECK(pr.recorded >= 1);
-    CHECK_EQ_INT(pr.unattributed, 0);
-    uint64_t ns = 0;
-    bool mul_mv = false;
-    for (int32_t i = 0; i < pr.n_kernels; i++) {
-        CHECK(pr.kernels[i].calls > 0);
-        if (i > 0) CHECK(pr.kernels[i].ns <= pr.kernels[i - 1].ns);
-        mul_mv |= !strcmp(pr.kernels[i].name, "mul_mv f32"); /* stories260K's weights are F32 */
-        ns += pr.kernels[i].ns;
-    }
-    CHECK(mul_mv);
-    CHECK_EQ_INT(ns, pr.kernel_ns);
-    CHECK(pr.kernel_ns > 0 && pr.kernel_ns <= pr.submit_ns);
+    CHECK(harness_profile_has(&pr, "mul_mv f32")); /* stories260K's weights are F32 */
     CHECK_OK(kiln_model_profile(m, false));
     CHECK_OK(kiln_ctx_decode(ctx, prompt3, 1, &logits));
     CHECK_OK(kiln_model_profile_read(m, &again));
     CHECK_EQ_INT(again.computes, pr.computes);
-    CHECK_EQ_INT(profiled_calls(&again), sum);
+    CHECK_EQ_INT(harness_profile_calls(&again), sum);
     CHECK_OK(kiln_model_profile(m, true));
     CHECK_OK(kiln_model_profile_read(m, &again));
     CHECK_EQ_INT(again.computes, 0);
