@@ -624,7 +624,7 @@ kiln_status kiln_model_memory_info(const kiln_model *model, kiln_model_memory *o
  * then the time is the last one's; switching the profile on or off makes it record its command buffers
  * anew); the CPU adds each node's wall time on its thread pool, start to end-of-node barrier, to its op's
  * row. */
-#define KILN_PROFILE_KERNELS 48
+#define KILN_PROFILE_KERNELS 64 /* rows: a device's pipelines and the CPU's ops of one model fit */
 typedef struct kiln_kernel_time {
     char name[32];  /* a device's shader and variant ("mul_mv q4_0", "attention f16"), the CPU's op and
                      * weight type ("matmul q4_0", "rms_norm_mul") */

@@ -209,14 +209,13 @@ void kiln__engine_profile_read(const kiln_engine *e, kiln_device_profile *out) {
         out->recorded += p.recorded;
         out->record_ns += p.record_ns;
         out->submit_ns += p.submit_ns;
-        out->kernel_ns += p.kernel_ns;
         out->unattributed += p.unattributed;
         for (int32_t k = 0; k < p.n_kernels && k < KILN_PROFILE_KERNELS; k++) {
             int32_t j = 0;
             while (j < out->n_kernels && strcmp(out->kernels[j].name, p.kernels[k].name))
                 j++;
             if (j == out->n_kernels) {
-                if (j == KILN_PROFILE_KERNELS) { /* more kernels than rows: time kept, row dropped */
+                if (j == KILN_PROFILE_KERNELS) { /* more kernels than rows: counted as left out */
                     out->unattributed += p.kernels[k].calls;
                     continue;
                 }
@@ -225,6 +224,7 @@ void kiln__engine_profile_read(const kiln_engine *e, kiln_device_profile *out) {
             }
             out->kernels[j].calls += p.kernels[k].calls;
             out->kernels[j].ns += p.kernels[k].ns;
+            out->kernel_ns += p.kernels[k].ns; /* the rows' sum, as kiln.h says */
         }
     }
     qsort(out->kernels, (size_t)out->n_kernels, sizeof out->kernels[0], by_time);
