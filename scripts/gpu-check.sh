@@ -46,7 +46,8 @@ usage: scripts/gpu-check.sh local|prepare|run [options]
                    each file (pp512 and tg128, --reps rounds each, one after the other), ending in a table of
                    medians and ratios to the first revision. The one way to compare kernels on a GPU that
                    is lent for minutes: build every variant here, measure them all in one call
-  --ab-only        run: the A/B alone after the synth (no tests, no llama.cpp benches, no batched-bench)
+  --ab-only        run: after the tests (unless --no-tests) and the synth, the A/B alone (no llama.cpp
+                   benches, no batched-bench): one call checks the candidates together and times each
   --no-7b          skip the Llama-2-7B-shaped file (its synth and benches take about half the budget)
 Environment: GPU_CHECK_BUILD (build folder, default build/), GPU_CHECK_ANCHOR (the llama.cpp tarball,
 default ../shared/anchors/llama.cpp-0c1e570-vulkan-debian12.tar.xz), GPU_CHECK_MODELS (where the files are
@@ -67,7 +68,7 @@ while [ $# -gt 0 ]; do
     --no-7b) BIG_TOO=0; shift ;;
     --profile) PROFILE=(--profile); shift ;;
     --ab) AB_REVS=$2; shift 2 ;;
-    --ab-only) AB_ONLY=1 RUN_TESTS=0; shift ;;
+    --ab-only) AB_ONLY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
