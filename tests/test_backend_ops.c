@@ -265,9 +265,17 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
         kiln_tensor *v = kt == KILN_TYPE_F32 ? leaf(g, d, 2, kt, 3, c->b, in) : leaf(g, d, 2, kt, 2, rows, in),
                     *m = leaf(g, d, 3, KILN_TYPE_F32, 2, mne, in);
         float *mask = d->buf[3];
+        if (c->variant == 2 && k && v) /* the last 5 cells unwritten (NaN) and hidden from every query */
+            for (int64_t j = mne[0] - 5; j < mne[0]; j++) {
+                memset((char *)k->data + (size_t)j * k->nb[kt == KILN_TYPE_F32 ? 2 : 1], 0xff,
+                       kt == KILN_TYPE_F32 ? k->nb[2] : k->nb[1]);
+                memset((char *)v->data + (size_t)j * v->nb[kt == KILN_TYPE_F32 ? 2 : 1], 0xff,
+                       kt == KILN_TYPE_F32 ? v->nb[2] : v->nb[1]);
+            }
         for (int64_t t = 0; mask && t < mne[1]; t++)
             for (int64_t j = 0; j < mne[0]; j++) {
-                bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1);
+                bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1) ||
+                              (c->variant == 2 && j >= mne[0] - 5);
                 if (hidden)
                     mask[t * mne[0] + j] = -INFINITY;
                 else if (c->variant == 0)
@@ -427,6 +435,18 @@ static const bo_case cases[] = {
     {"attention q8_0 5000 cells", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {64, 4, 2, 1}, {64, 2, 5000, 1}, 1, 1e-5f},
     {"attention f16 head 128", KILN_OP_ATTENTION, KILN_TYPE_F16, {128, 8, 3, 1}, {128, 2, 300, 1}, 0, 1e-5f},
     {"attention f32 head 256", KILN_OP_ATTENTION, 0, {256, 2, 2, 1}, {256, 1, 70, 1}, 0, 1e-5f},
+    /* Prefill (8 or more queries, head size a multiple of 4 up to 128): attention_tile.comp, 16 queries by
+     * 32 cells a tile, with edges both ways, tiles hidden from every query of a workgroup (skipped), a
+     * wholly hidden query, GQA groups of 1 to 3. */
+    {"attention tiled causal gqa", KILN_OP_ATTENTION, 0, {64, 4, 40, 1}, {64, 2, 70, 1}, 0, 1e-5f},
+    {"attention tiled f16 head 128", KILN_OP_ATTENTION, KILN_TYPE_F16, {128, 8, 20, 1}, {128, 2, 100, 1}, 1, 1e-5f},
+    {"attention tiled q8_0 square", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 4, 33, 1}, {32, 4, 33, 1}, 0, 1e-5f},
+    {"attention tiled head 96 group 3", KILN_OP_ATTENTION, 0, {96, 3, 17, 1}, {96, 1, 45, 1}, 1, 1e-5f},
+    {"attention tiled 8 queries", KILN_OP_ATTENTION, KILN_TYPE_F16, {64, 2, 8, 1}, {64, 2, 8, 1}, 0, 1e-5f},
+    /* Cells no query sees may hold anything, NaN included (an unwritten cache): never read into a sum. */
+    {"attention unwritten cells", KILN_OP_ATTENTION, KILN_TYPE_F16, {16, 4, 3, 1}, {16, 2, 80, 1}, 2, 1e-5f},
+    {"attention tiled unwritten cells", KILN_OP_ATTENTION, 0, {64, 4, 20, 1}, {64, 2, 60, 1}, 2, 1e-5f},
+    {"attention tiled q8_0 unwritten", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 2, 16, 1}, {32, 2, 40, 1}, 2, 1e-5f},
     {"cast f16", KILN_OP_CAST, KILN_TYPE_F16, {24, 7, 2, 1}, {0}, 0, 1e-6f},
     {"cast q8_0", KILN_OP_CAST, KILN_TYPE_Q8_0, {64, 9, 1, 1}, {0}, 0, 1e-6f},
     {"cache_write f32", KILN_OP_CACHE_WRITE, KILN_TYPE_F32, {24, 5, 1, 1}, {0, 16, 1, 1}, 0, 0.0f},

@@ -263,7 +263,9 @@ enum {
     KILN_VK_PIPE_CAST = KILN_VK_PIPE_CACHE_WRITE + KILN_VK_KV_TYPES,       /* likewise, to F32 */
     KILN_VK_PIPE_QUANTIZE = KILN_VK_PIPE_CAST + KILN_VK_KV_TYPES, /* activations to q8 rows in the scratch */
     KILN_VK_PIPE_ATTENTION_COMBINE, /* a split attention's parts (in the scratch) merged */
-    KILN_VK_PIPE_MUL_MV, /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_ATTENTION_TILE,    /* + the KV type index: attention tiled over 16 queries (prefill) */
+    /* + 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K (the specialization constant) */
+    KILN_VK_PIPE_MUL_MV = KILN_VK_PIPE_ATTENTION_TILE + KILN_VK_KV_TYPES,
     KILN_VK_PIPE_MUL_MM = KILN_VK_PIPE_MUL_MV + KILN_VK_WEIGHT_TYPES,   /* likewise, tiled */
     KILN_VK_PIPE_GET_ROWS = KILN_VK_PIPE_MUL_MM + KILN_VK_WEIGHT_TYPES, /* likewise */
     KILN_VK_PIPE_COUNT = KILN_VK_PIPE_GET_ROWS + KILN_VK_WEIGHT_TYPES,
@@ -400,6 +402,8 @@ bool kiln__vk_supports(const kiln_vk_ctx *c, const kiln_tensor *node);
  * within one binding, and neither cache_write nor attention refused. */
 bool kiln__vk_holds_kv(const kiln_vk_ctx *c, kiln_type type, size_t row_bytes, int64_t n_cells);
 kiln_status kiln__vk_record(kiln_vk_ctx *c, const kiln_tensor *node);
+/* Whether the device has the shared memory of attention_tile.comp (whose pipelines exist only then). */
+bool kiln__vk_attention_tiles(const kiln_vk_device *dev);
 /* The scratch bytes recording this node needs (0: none). */
 size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *node);
 /* The binding of the first `bytes` of the scratch buffer (sized by the recording's caller). */

@@ -703,7 +703,9 @@ static kiln_status make_pipelines(kiln_vk_ctx *c) {
     for (int32_t t = 0; t < KILN_VK_KV_TYPES; t++)
         if ((s = make_pipeline(c, KILN_VK_PIPE_ATTENTION + t, "attention", t)) ||
             (s = make_pipeline(c, KILN_VK_PIPE_CACHE_WRITE + t, "cache_write", t)) ||
-            (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)))
+            (s = make_pipeline(c, KILN_VK_PIPE_CAST + t, "cast", t)) ||
+            (kiln__vk_attention_tiles(c->dev) &&
+             (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION_TILE + t, "attention_tile", t))))
             return s;
     if ((s = make_pipeline(c, KILN_VK_PIPE_QUANTIZE, "quantize_q8", -1)) ||
         (s = make_pipeline(c, KILN_VK_PIPE_ATTENTION_COMBINE, "attention_combine", -1)))

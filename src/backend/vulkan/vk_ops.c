@@ -333,12 +333,29 @@ static int64_t attention_split(const kiln_tensor *n) {
     return KILN__MAX(1, KILN__MIN(KILN__MIN(want, chunks), 32));
 }
 
+/* attention_tile.comp's shared memory (its staged queries, keys or values and scores), and the fewest
+ * queries per head for which it beats attention.comp: half of its 16 a workgroup. */
+#define ATTENTION_TILE_SHARED_BYTES 28672
+#define ATTENTION_TILE_MIN_T 8
+
+bool kiln__vk_attention_tiles(const kiln_vk_device *dev) {
+    return dev->info.max_shared_memory >= ATTENTION_TILE_SHARED_BYTES;
+}
+
+/* Prefill's attention (many queries per head, head size a multiple of 4 up to 128) by the tiled kernel. */
+static bool attention_tiled(const kiln_vk_ctx *c, const kiln_tensor *n) {
+    int64_t D = n->src[0]->ne[0];
+    return kiln__vk_attention_tiles(c->dev) && n->src[0]->ne[2] >= ATTENTION_TILE_MIN_T && D % 4 == 0 &&
+           D <= 128;
+}
+
 static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
     const kiln_tensor *ts[KILN_VK_BINDINGS] = {q, k, v, n, m};
     kiln_vk_bind b[KILN_VK_BINDINGS], out;
     kiln_status s;
-    int64_t split = attention_split(n), rows = q->ne[1] * q->ne[2];
+    bool tiled = attention_tiled(c, n);
+    int64_t split = tiled ? 1 : attention_split(n), rows = q->ne[1] * q->ne[2];
     if ((s = bind_all(c, ts, b))) return s;
     out = b[3];
     if (split > 1 && (s = kiln__vk_bind_scratch(c, kiln__vk_scratch_bytes(c, n), &b[3]))) return s;
@@ -370,6 +387,9 @@ static kiln_status record_attention(kiln_vk_ctx *c, const kiln_tensor *n) {
                        (uint32_t)split,
                        (uint32_t)per};
     memcpy(&pc[19], &n->fp[0], 4);
+    if (tiled) /* a workgroup per head and 16 queries */
+        return kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION_TILE + kv_index(k->type), b, pc, sizeof pc,
+                                 (uint64_t)(q->ne[1] * ((q->ne[2] + 15) / 16)), 1);
     if ((s = kiln__vk_dispatch(c, KILN_VK_PIPE_ATTENTION + kv_index(k->type), b, pc, sizeof pc,
                                (uint64_t)(rows * split), 1)) ||
         split == 1)

@@ -103,6 +103,7 @@ static void pipe_name(int pipe, char *out, size_t cap) {
         {KILN_VK_PIPE_CAST, KILN_VK_KV_TYPES, "cast", kv},
         {KILN_VK_PIPE_QUANTIZE, 1, "quantize_q8", NULL},
         {KILN_VK_PIPE_ATTENTION_COMBINE, 1, "attention_combine", NULL},
+        {KILN_VK_PIPE_ATTENTION_TILE, KILN_VK_KV_TYPES, "attention_tile", kv},
         {KILN_VK_PIPE_MUL_MV, KILN_VK_WEIGHT_TYPES, "mul_mv", weight},
         {KILN_VK_PIPE_MUL_MM, KILN_VK_WEIGHT_TYPES, "mul_mm", weight},
         {KILN_VK_PIPE_GET_ROWS, KILN_VK_WEIGHT_TYPES, "get_rows", weight},

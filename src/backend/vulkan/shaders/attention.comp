@@ -34,18 +34,7 @@ layout(push_constant) uniform P {
     uint head_el, split, per;
 } p;
 
-// Element e of the K (or V) row at byte `row`.
-#define KV_ELEM(NAME, B)                                                                                  \
-    float NAME(uint row, uint e) {                                                                        \
-        if (KV == 0u) return uintBitsToFloat(B[(row >> 2) + e]);                                         \
-        if (KV == 1u) {                                                                                   \
-            uint o = row + 2u * e;                                                                        \
-            return unpackHalf2x16((B[o >> 2] >> ((o & 2u) * 8u)) & 0xffffu).x;                           \
-        }                                                                                                 \
-        uint b = row + (e / 32u) * 34u, o = b + 2u + e % 32u;                                             \
-        float dq = unpackHalf2x16((B[b >> 2] >> ((b & 2u) * 8u)) & 0xffffu).x;                            \
-        return dq * float(int(((B[o >> 2] >> ((o & 3u) * 8u)) & 0xffu) << 24) >> 24);                   \
-    }
+#include "kv.glsl"
 KV_ELEM(k_elem, k)
 KV_ELEM(v_elem, v)
 
