@@ -17,9 +17,10 @@
  * (on this project's machines Mesa's lavapipe); without one the Vulkan cases are skipped with a message.
  * Tolerances, as max |got - ref| / max |ref| over the output: elementwise and get_rows 1e-6 (the same
  * float steps; exp/tanh may differ in the last bits), norms, softmax and F32/F16 matmul 1e-5 (shared-memory
- * tree sums instead of left-to-right), Q8_0/Q4_0/Q4_K/Q6_K matmul 1e-4 (the same int8 activations and
- * exact integer dots, but one of them may round an activation the other way where x * (1/d) lands within
- * an ulp of .5, and the per-block float terms are summed in another order), rope 2e-6 (the angle is the CPU's to
+ * tree sums instead of left-to-right), Q8_0/Q4_0/Q4_K/Q6_K matmul up to 8 columns 1e-4 (the same int8
+ * activations and exact integer dots, but one of them may round an activation the other way where x * (1/d)
+ * lands within an ulp of .5, and the per-block float terms are summed in another order), more columns
+ * (mul_mm.comp: float activations) 1e-2 against the CPU and 1e-5 against float products (quantized_tiled), rope 2e-6 (the angle is the CPU's to
  * the bit: the frequencies come from the host, products are correctly rounded in Vulkan and the factor's
  * division is rounded correctly with a fused fma; sin and cos are rope.comp's own, within a few ulps, so an
  * output differs by at most ~2.4e-7 per term and two roundings: 1e-6, doubled; the driver's pow, sin and
@@ -36,6 +37,7 @@
 #include "core/core.h"
 #include "graph/graph.h"
 #include "runtime/sched.h"
+#include "tensor/types.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -512,6 +514,16 @@ static void every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit(v
     }
 }
 
+/* A quantized matmul of more columns than mul_mv.comp takes (8): the tiled mul_mm.comp multiplies the
+ * dequantized weights by the float activations (as llama.cpp's Vulkan prefill does), where the CPU rounds
+ * each activation to int8 first, by up to half its block's step (max |x| / 254), so the two differ by the
+ * sum of w times those roundings: 1e-2 of max |ref| against the CPU (measured 3.4e-3 to 4.5e-3 on these
+ * random cases), and the device is checked tightly against float products of its own (below). */
+static bool quantized_tiled(const bo_case *c) {
+    return (c->op == KILN_OP_MATMUL || c->op == KILN_OP_LINEAR) && c->wtype != KILN_TYPE_F32 &&
+           c->wtype != KILN_TYPE_F16 && c->b[1] > 8;
+}
+
 /* A case's tolerance against this CPU: an F16/BF16 matmul of 4 or more columns, which the CPU multiplies
  * in bf16 where it has AVX512-BF16 (test_kernels_f16.c), differs from a device's float products by up
  * to 2^-7 of sum|w x|; 1e-2 of max |ref| covers these random cases (measured 2.1e-3 on lavapipe). */
@@ -520,6 +532,7 @@ static float device_tolerance(const bo_case *c) {
     const kiln_cpu_isa *isa = kiln__cpu_isa();
     if (c->op == KILN_OP_MATMUL && half && c->b[1] >= 4 && isa->bf16_prefill && isa->mm_packed_bf16[c->wtype])
         return 1e-2f;
+    if (quantized_tiled(c)) return 1e-2f;
     return c->tol;
 }
 
@@ -557,11 +570,57 @@ static void every_op_on_vulkan_matches_the_cpu_within_its_tolerance_in_both_redu
     kiln__backend_destroy(portable);
 }
 
+/* The tiled quantized matmuls against the same products done here in double: the weight rows
+ * dequantized (kiln__dequantize_row, the CPU's own dequantizer), times the float activations, each
+ * weight matrix broadcast over the batch. The device sums 32-element steps in float, in its own order:
+ * 1e-5 of max |ref|, as for the F32 tiles. */
+static void quantized_prefill_on_vulkan_matches_float_products_of_the_dequantized_weights(void) {
+    int checked = 0;
+    if (!vulkan) {
+        printf("  skipped: no Vulkan device\n");
+        return;
+    }
+    for (size_t i = 0; i < KILN__ARRAY_LEN(cases); i++) {
+        const bo_case *c = &cases[i];
+        if (c->op != KILN_OP_MATMUL || !quantized_tiled(c)) continue;
+        bo_data d = {{0}};
+        kiln_sched_backend list[2] = {{vulkan, 0}, {cpu, 0}};
+        size_t n_got = 0;
+        int64_t K = c->a[0], N = c->a[1], M = c->b[1], B = c->b[2], Bw = c->a[2];
+        const kiln_type_traits *tt = kiln__type_traits(c->wtype);
+        size_t row_bytes = (size_t)(K / tt->block_elems) * tt->block_bytes;
+        CHECK_EQ_INT(run_case(c, &d, list, 2, got_out, OUT_CAP, &n_got), 0);
+        CHECK_EQ_INT(n_got, (size_t)(N * M * B));
+        float *w = malloc((size_t)(K * N * Bw) * sizeof *w);
+        const float *x = d.buf[1];
+        CHECK(w != NULL && x != NULL);
+        for (int64_t r = 0; w && x && r < N * Bw; r++)
+            kiln__dequantize_row(c->wtype, (const char *)d.buf[0] + (size_t)r * row_bytes, w + r * K, K);
+        for (int64_t b = 0; w && x && b < B; b++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double sum = 0.0;
+                    const float *wr = w + ((b / (B / Bw)) * N + n) * K, *xr = x + (b * M + m) * K;
+                    for (int64_t k = 0; k < K; k++) sum += (double)wr[k] * xr[k];
+                    ref_out[(b * M + m) * N + n] = (float)sum;
+                }
+        double err = rel_err(got_out, ref_out, (size_t)(N * M * B));
+        printf("  %-32s error %.2g against float products (tolerance 1e-05)\n", c->name, err);
+        CHECK(err <= 1e-5);
+        checked++;
+        free(w);
+        for (int k = 0; k < MAX_LEAVES; k++)
+            free(d.buf[k]);
+    }
+    CHECK(checked >= 5); /* every quantized type, and a batch */
+}
+
 int main(void) {
     CHECK_OK(kiln__backend_cpu_create(1, &cpu));
     if (kiln__backend_vulkan_create(0, &vulkan) != KILN_OK) vulkan = NULL;
     RUN(every_op_on_the_restricted_cpu_backend_matches_the_cpu_bit_for_bit);
     RUN(every_op_on_vulkan_matches_the_cpu_within_its_tolerance_in_both_reduction_variants);
+    RUN(quantized_prefill_on_vulkan_matches_float_products_of_the_dequantized_weights);
     kiln__backend_destroy(vulkan);
     kiln__backend_destroy(cpu);
     return harness_finish();

@@ -448,16 +448,22 @@ static kiln_status record_get_rows(kiln_vk_ctx *c, const kiln_tensor *n) {
 /* mul_mv.comp takes up to this many columns per workgroup; more columns go to the tiled mul_mm.comp where
  * the device has the shared memory for its tiles. */
 #define MV_COLS 8
-#define MM_SHARED_BYTES 18432
+#define MM_SHARED_BYTES 16384
+
+/* Whether this matmul goes to mul_mm.comp (which reads x as floats, whatever the weight type). */
+static bool matmul_tiled(const kiln_vk_ctx *c, const kiln_tensor *n) {
+    return n->src[1]->ne[1] > MV_COLS && c->dev->info.max_shared_memory >= MM_SHARED_BYTES;
+}
 
 /* The scratch a node needs: a quantized matmul's x as q8 rows (quantize_q8.comp: per column K quants,
  * K / 32 scales and K / 32 sums), or a split attention's parts. */
 size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *x = n->src[1];
-    (void)c;
     if (n->op == KILN_OP_ATTENTION && attention_split(n) > 1) /* each part's (m, l, acc[D]) */
         return (size_t)(n->src[0]->ne[1] * n->src[0]->ne[2] * attention_split(n)) * (size_t)(n->src[0]->ne[0] + 2) * 4;
-    if ((n->op != KILN_OP_MATMUL && n->op != KILN_OP_LINEAR) || type_index(n->src[0]->type) < 2) return 0;
+    if ((n->op != KILN_OP_MATMUL && n->op != KILN_OP_LINEAR) || type_index(n->src[0]->type) < 2 ||
+        matmul_tiled(c, n))
+        return 0;
     return (size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(x->ne[0] + x->ne[0] / 32 * 8);
 }
 
@@ -507,9 +513,9 @@ static kiln_status record_quantize(kiln_vk_ctx *c, const kiln_tensor *n, kiln_vk
     return KILN_OK;
 }
 
-/* matmul and linear: up to MV_COLS columns by mul_mv.comp, more by the tiled mul_mm.comp; a quantized
- * weight's x quantized first (once per node). A weight over the binding limit goes in row ranges, one
- * dispatch each. */
+/* matmul and linear: up to MV_COLS columns by mul_mv.comp, a quantized weight's x quantized first (once
+ * per node); more by the tiled mul_mm.comp, from float x. A weight over the binding limit goes in row
+ * ranges, one dispatch each. */
 static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *w = n->src[0], *x = n->src[1], *bias = n->op == KILN_OP_LINEAR ? n->src[2] : NULL;
     const kiln_tensor *ts[KILN_VK_BINDINGS] = {NULL, NULL, bias, n};
@@ -520,9 +526,9 @@ static kiln_status record_matmul(kiln_vk_ctx *c, const kiln_tensor *n) {
     size_t span = kiln__tensor_span(w);
     float alpha = n->op == KILN_OP_LINEAR ? n->fp[0] : 1.0f;
     uint32_t act = n->op == KILN_OP_LINEAR ? (uint32_t)n->ip[0] : 0;
-    bool tiled = M > MV_COLS && c->dev->info.max_shared_memory >= MM_SHARED_BYTES;
+    bool tiled = matmul_tiled(c, n);
     if ((s = bind_all(c, ts, b))) return s;
-    s = ti >= 2 ? record_quantize(c, n, &b[1]) : kiln__vk_bind(c, x, &b[1]);
+    s = ti >= 2 && !tiled ? record_quantize(c, n, &b[1]) : kiln__vk_bind(c, x, &b[1]);
     if (s) return s;
     per = span + c->dev->min_offset <= c->dev->max_range
               ? N
