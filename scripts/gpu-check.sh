@@ -41,7 +41,8 @@ usage: scripts/gpu-check.sh local|prepare|run [options]
   --no-tests       skip test_backend_ops, test_vulkan and test_arch (bench only)
   --profile        kiln bench --profile: after each file's bench, where a run's time goes and each device
                    kernel's share (docs/vulkan.md, Profiling)
-  --ab REV,...     prepare: also build kiln at each git revision (a worktree in /tmp each) into the pack;
+  --ab REV,...     prepare: also build kiln at each git revision, or HEAD with a patch file applied
+                   (scripts/gpu-candidates/*.patch), a worktree in /tmp each, into the pack;
                    run: after the other steps, those binaries and the working tree's kiln take turns on
                    each file (pp512 and tg128, --reps rounds each, one after the other), ending in a table of
                    medians and ratios to the first revision. The one way to compare kernels on a GPU that
@@ -99,23 +100,34 @@ copy_libs() {
 }
 
 # --ab: kiln at each revision, built in a worktree of its own, packed as bin/kiln-ab-N with its label in
-# bin/ab (one "N LABEL" line each; the working tree's kiln is the last, labelled "tree").
+# bin/ab (one "N LABEL" line each; the working tree's kiln is the last, labelled "tree"). A revision may
+# also be a patch file (scripts/gpu-candidates/*.patch): applied to HEAD in the worktree, labelled by its
+# name.
 build_ab() {
-    local n=0 rev wt sha
+    local n=0 rev wt sha label patch
     rm -f "$PACK/bin/ab" "$PACK"/bin/kiln-ab-*
     [ -z "$AB_REVS" ] && return 0
     mkdir -p "$PACK/bin"
     for rev in ${AB_REVS//,/ }; do
+        patch='' label=$rev
+        if [ -f "$rev" ]; then
+            patch=$(realpath "$rev") label=$(basename "$rev" .patch) rev=HEAD
+        fi
         sha=$(git -C "$ROOT" rev-parse --short "$rev") || { echo "gpu-check: no revision '$rev'" >&2; return 1; }
-        wt=/tmp/gpu-check-ab-$sha
+        wt=/tmp/gpu-check-ab-$sha-$n
         git -C "$ROOT" worktree add --detach "$wt" "$sha" >/dev/null || return 1
+        if [ -n "$patch" ] && ! git -C "$wt" apply "$patch"; then
+            echo "gpu-check: $patch does not apply to $sha" >&2
+            git -C "$ROOT" worktree remove --force "$wt"
+            return 1
+        fi
         { cmake -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
             cmake --build "$wt/build" -j "$(nproc)" --target kiln_cli >/dev/null; } ||
-            { echo "gpu-check: building $rev failed" >&2; return 1; }
+            { echo "gpu-check: building $label failed" >&2; return 1; }
         n=$((n + 1))
         cp "$wt/build/kiln" "$PACK/bin/kiln-ab-$n" && strip "$PACK/bin/kiln-ab-$n"
         git -C "$ROOT" worktree remove --force "$wt"
-        echo "$n $rev" >>"$PACK/bin/ab"
+        echo "$n $label" >>"$PACK/bin/ab"
     done
     echo "tree $(git -C "$ROOT" rev-parse --short HEAD)+tree" >>"$PACK/bin/ab"
     echo "gpu-check: A/B binaries: $(tr '\n' ' ' <"$PACK/bin/ab")"
