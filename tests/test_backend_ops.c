@@ -278,6 +278,10 @@ static kiln_tensor *build(kiln_graph *g, const bo_case *c, bo_data *d) {
             for (int64_t j = 0; j < mne[0]; j++) {
                 bool hidden = j > t + (mne[0] - mne[1]) || (c->variant == 1 && t == 1) ||
                               (c->variant == 2 && j >= mne[0] - 5);
+                if (c->variant == 3) { /* two sequences in one batch: each query sees its own half, causally */
+                    int64_t ht = mne[1] / 2, hc = mne[0] / 2, seq = t >= ht;
+                    hidden = (j >= hc) != seq || j - seq * hc > t - seq * ht + (hc - ht);
+                }
                 if (hidden)
                     mask[t * mne[0] + j] = -INFINITY;
                 else if (c->variant == 0)
@@ -445,6 +449,9 @@ static const bo_case cases[] = {
     {"attention tiled q8_0 square", KILN_OP_ATTENTION, KILN_TYPE_Q8_0, {32, 4, 33, 1}, {32, 4, 33, 1}, 0, 1e-5f},
     {"attention tiled head 96 group 3", KILN_OP_ATTENTION, 0, {96, 3, 17, 1}, {96, 1, 45, 1}, 1, 1e-5f},
     {"attention tiled 8 queries", KILN_OP_ATTENTION, KILN_TYPE_F16, {64, 2, 8, 1}, {64, 2, 8, 1}, 0, 1e-5f},
+    /* Two sequences sharing a batch (the runtime's mask for several sequences): block-diagonal, causal. */
+    {"attention tiled two sequences", KILN_OP_ATTENTION, KILN_TYPE_F16, {64, 4, 40, 1}, {64, 2, 72, 1}, 3, 1e-5f},
+    {"attention two sequences", KILN_OP_ATTENTION, 0, {32, 2, 6, 1}, {32, 2, 20, 1}, 3, 1e-5f},
     /* Cells no query sees may hold anything, NaN included (an unwritten cache): never read into a sum. */
     {"attention unwritten cells", KILN_OP_ATTENTION, KILN_TYPE_F16, {16, 4, 3, 1}, {16, 2, 80, 1}, 2, 1e-5f},
     {"attention tiled unwritten cells", KILN_OP_ATTENTION, 0, {64, 4, 20, 1}, {64, 2, 60, 1}, 2, 1e-5f},
