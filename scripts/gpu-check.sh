@@ -44,8 +44,9 @@ usage: scripts/gpu-check.sh local|prepare|run [options]
   --ab REV,...     prepare: also build kiln at each git revision, or HEAD with a patch file applied
                    (scripts/gpu-candidates/*.patch), a worktree in /tmp each, into the pack;
                    run: after the other steps, those binaries and the working tree's kiln take turns on
-                   each file (pp512 and tg128, --reps rounds each, one after the other), ending in a table of
-                   medians and ratios to the first revision. The one way to compare kernels on a GPU that
+                   each file (pp512 and tg128, --reps rounds each, one after the other) and on batched-bench
+                   (Q4_0, 32 sequences: S_PP and S_TG per round), ending in a table of medians and ratios to
+                   the first revision. The one way to compare kernels on a GPU that
                    is lent for minutes: build every variant here, measure them all in one call
   --ab-only        run: after the tests (unless --no-tests) and the synth, the A/B alone (no llama.cpp
                    benches, no batched-bench): one call checks the candidates together and times each
@@ -300,6 +301,22 @@ ab_all() {
             done
         done
     done
+    # Many sequences at once (batched-bench's 32 decoding together): what kiln bench's one sequence does not
+    # time, such as the attention of a batch whose mask is block-diagonal. Q4_0 only, the rounds in turns.
+    local npp=128 ntg=64 npl=32
+    [ "$QUICK" = 1 ] && npp=16 ntg=4 npl=8
+    if [ -f "$MODELS/tl-q4_0.gguf" ]; then
+        log "A/B batched-bench tl-q4_0, $npl sequences (S_TG t/s: all sequences' generated tokens a second)"
+        for ((r = 1; r <= REPS; r++)); do
+            for i in "${!bins[@]}"; do
+                step 40 "batched ${labels[$i]} round $r" "$AB/batched.${labels[$i]}.$r.jsonl" \
+                    env LD_LIBRARY_PATH="$KLIB" "${bins[$i]}" batched-bench -m "$MODELS/tl-q4_0.gguf" \
+                    --device vulkan -npp $npp -ntg $ntg -npl $npl --json &&
+                    python3 -c 'import json, sys; j = json.loads(open(sys.argv[1]).readline()); print("  %s round %s: S_PP %.1f, S_TG %.1f" % (sys.argv[2], sys.argv[3], j["speed_pp"], j["speed_tg"]))' \
+                        "$AB/batched.${labels[$i]}.$r.jsonl" "${labels[$i]}" "$r"
+            done
+        done
+    fi
     log "the A/B table (medians of the rounds; each round a warm-up and 2 runs)"
     local IFS=,
     python3 "$ROOT/scripts/gpu_ab_table.py" "$AB" "${NAMES[*]}" "${labels[*]}"
