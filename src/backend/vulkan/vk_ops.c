@@ -455,11 +455,11 @@ static bool matmul_tiled(const kiln_vk_ctx *c, const kiln_tensor *n) {
     return n->src[1]->ne[1] > MV_COLS && c->dev->info.max_shared_memory >= MM_SHARED_BYTES;
 }
 
-/* The scratch a node needs: a quantized matmul's x as q8 rows (quantize_q8.comp: per column K quants,
- * K / 32 scales and K / 32 sums), or a split attention's parts. */
+/* The scratch a node needs: the x of a quantized matmul of up to MV_COLS columns as q8 rows
+ * (quantize_q8.comp: per column K quants, K / 32 scales and K / 32 sums), or a split attention's parts. */
 size_t kiln__vk_scratch_bytes(const kiln_vk_ctx *c, const kiln_tensor *n) {
     const kiln_tensor *x = n->src[1];
-    if (n->op == KILN_OP_ATTENTION && attention_split(n) > 1) /* each part's (m, l, acc[D]) */
+    if (n->op == KILN_OP_ATTENTION && !attention_tiled(c, n) && attention_split(n) > 1) /* each part's (m, l, acc[D]) */
         return (size_t)(n->src[0]->ne[1] * n->src[0]->ne[2] * attention_split(n)) * (size_t)(n->src[0]->ne[0] + 2) * 4;
     if ((n->op != KILN_OP_MATMUL && n->op != KILN_OP_LINEAR) || type_index(n->src[0]->type) < 2 ||
         matmul_tiled(c, n))
