@@ -983,6 +983,58 @@ static void the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split(v
         harness_fail(__FILE__, __LINE__, "attention refused: '%s'", line);
 }
 
+/* A Q8_0 copy of stories260K (kiln_quantize_file; its ffn_down, K = 172, falls back to F16) on the device:
+ * a 16-token prompt runs prefill's kernels (mul_mm's float tiles for both weight types, attention_tile),
+ * then 40 greedy steps decode's (mul_mv, attention.comp), and the profile shows each of them ran. Prefill on
+ * the device multiplies float activations where the CPU rounds them to int8 first (docs/vulkan.md, Matrix
+ * products), so the prompt's logits differ from the CPU's by that rounding carried through 5 layers, not by
+ * float order alone: within 3e-2 of the largest (measured 1.1e-2 on lavapipe beside a Zen 4, whose CPU also
+ * rounds the F16 ffn_down's prefill to bf16, AVX512-BF16); the greedy ids are the CPU's. */
+static void a_q8_0_model_on_vulkan_runs_the_prefill_tiles_and_gives_the_cpus_greedy_ids(void) {
+    kiln_quantize_params qp = kiln_quantize_params_default();
+    const char *path = KILN_TEST_TMP "/vulkan_stories260K_q8_0.gguf";
+    kiln_model_params mp = kiln_model_params_default();
+    kiln_model *vk = NULL, *cpu = NULL;
+    harness_golden g = {0};
+    int32_t iv[256], ic[256];
+    kiln_device_profile pr;
+    if (skip()) return;
+    qp.mix = KILN_MIX_Q8_0;
+    CHECK_OK(kiln_quantize_file(KILN_MODEL_PATH, path, &qp, NULL, NULL));
+    mp.n_threads = 2;
+    mp.devices = "vulkan";
+    CHECK_OK(kiln_model_load_ex(path, &mp, &vk));
+    mp.devices = NULL;
+    CHECK_OK(kiln_model_load_ex(path, &mp, &cpu));
+    harness_golden_load("\"once_upon_a_time_64\"", &g);
+    if (vk && cpu && g.n_ids >= 16) {
+        int32_t V = kiln_model_n_vocab(cpu);
+        float *lv = malloc((size_t)V * sizeof(float)), *lc = malloc((size_t)V * sizeof(float));
+        harness_golden p = g; /* the golden's first 16 ids as the prompt */
+        memcpy(p.prompt, g.ids, 16 * sizeof *p.prompt);
+        p.n_prompt = 16;
+        CHECK_OK(kiln_model_profile(vk, true));
+        size_t nv = greedy(vk, &p, 16 + 40, iv, lv), nc = greedy(cpu, &p, 16 + 40, ic, lc);
+        CHECK_OK(kiln_model_profile_read(vk, &pr));
+        CHECK(nv == nc && !memcmp(iv, ic, nv * sizeof *iv));
+        CHECK(harness_profile_has(&pr, "mul_mm q8_0") && harness_profile_has(&pr, "mul_mm f16"));
+        CHECK(harness_profile_has(&pr, "attention_tile f32") && harness_profile_has(&pr, "mul_mv q8_0"));
+        double worst = 0.0, mag = 0.0;
+        for (int32_t i = 0; lv && lc && i < V; i++) {
+            worst = fmax(worst, fabs((double)lv[i] - lc[i]));
+            mag = fmax(mag, fabs((double)lc[i]));
+        }
+        printf("  Q8_0 model: %zu ids as the CPU's; the prompt's logits differ by at most %.2g (max |logit| %.3g)\n",
+               nv, worst, mag);
+        CHECK(worst <= 3e-2 * mag);
+        free(lv);
+        free(lc);
+    }
+    kiln_model_destroy(vk);
+    kiln_model_destroy(cpu);
+    remove(path);
+}
+
 /* An F16 and a Q8_0 cache live on the device too (one split per decode), and 64 greedy steps from the
  * harness_golden prompt give the CPU's ids with the same cache type, fused attention and the plain form alike, the first logits within the greedy test's 1e-4
  * of the largest (the cache bytes are the CPU's exactly, test_backend_ops; sums differ in order). */
@@ -1169,6 +1221,7 @@ int main(void) {
     RUN(a_device_allocation_failing_later_is_a_clean_error);
     RUN(the_kv_cache_lives_on_the_device_and_the_whole_decode_is_one_split);
     RUN(f16_and_q8_0_caches_on_vulkan_give_the_cpus_greedy_ids);
+    RUN(a_q8_0_model_on_vulkan_runs_the_prefill_tiles_and_gives_the_cpus_greedy_ids);
     RUN(sequence_edits_on_a_device_cache_give_the_cpu_logits);
     RUN(contexts_created_and_destroyed_beside_a_decode_leave_it_intact);
     RUN(the_weight_upload_reports_progress_up_to_the_total);
