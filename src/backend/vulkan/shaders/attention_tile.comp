@@ -49,15 +49,17 @@ shared vec4 kvs[BC * DS4]; // the tile's keys, then its values
 shared float ps[BR * PS];  // the tile's mask, then scores, then exp(s - m)
 shared float rescale[BR];  // each query's exp(m_old - m_new) for this tile
 shared float sums[BR];     // and at the end its l
-shared uint seen;          // the tile's index (from 1) when some query of the workgroup sees a cell of it
-shared uint cell_seen[BC]; // and per cell: values of cells no query sees are never read (may be NaN)
+// The tile's index (from 1) when some query of the workgroup sees a cell of it: set with atomicMax by the
+// invocations that find one, in one of two slots by the tile's parity, so that an invocation that skips a
+// tile and starts the next one never writes the slot the slower ones are still reading.
+shared uint seen[2];
+shared uint cell_seen[BC]; // and per cell (one writer each): values of cells no query sees are never read
 
 void main() {
     uint t = gl_LocalInvocationID.x, r = t / 8u, cg = t % 8u, D4 = p.D / 4u;
     uint w = wg_index(), h = w % p.Hq, t0 = (w / p.Hq) * BR, hk = h / p.group;
     float ninf = uintBitsToFloat(0xff800000u);
-    if (t == 0u) seen = 0u; // the tiles count from 1 (published by the first tile's barrier)
-    if (t < BC) cell_seen[t] = 0u;
+    if (t < 2u) seen[t] = 0u; // the tiles count from 1 (published by the first tile's barrier)
     for (uint e = t; e < BR * D4; e += 128u) {
         uint i = e / D4, c4 = e % D4, tok = t0 + i, o = p.off_q + h * p.q_nb1 + tok * p.q_nb2 + 4u * c4;
         qs[i * DS4 + c4] = tok < p.T ? vec4(q[o], q[o + 1u], q[o + 2u], q[o + 3u]) : vec4(0.0);
@@ -67,14 +69,16 @@ void main() {
     for (uint i = 0u; i < DMAX / 32u; i++) acc[i] = vec4(0.0);
     uint kbase = p.off_k + hk * p.k_nb1, vbase = p.off_v + hk * p.v_nb1, el0 = hk * p.head_el;
     for (uint c0 = 0u, tile = 1u; c0 < p.C; c0 += BC, tile++) {
-        for (uint e = t; e < BR * BC; e += 128u) { // the mask tile, -inf past the queries and cells
-            uint i = e / BC, j = e % BC, tok = t0 + i;
-            float mk = tok < p.T && c0 + j < p.C ? mask[p.off_m + tok * p.m_nb1 + c0 + j] : ninf;
-            ps[i * PS + j] = mk;
-            if (!(isinf(mk) && mk < 0.0)) {
-                seen = tile;
-                cell_seen[j] = tile;
+        if (t < BC) { // the mask tile, a column (cell) per invocation, -inf past the queries and cells
+            bool any = false;
+            for (uint i = 0u; i < BR; i++) {
+                uint tok = t0 + i;
+                float mk = tok < p.T && c0 + t < p.C ? mask[p.off_m + tok * p.m_nb1 + c0 + t] : ninf;
+                ps[i * PS + t] = mk;
+                any = any || !(isinf(mk) && mk < 0.0);
             }
+            cell_seen[t] = any ? tile : 0u;
+            if (any) atomicMax(seen[tile & 1u], tile);
         }
         for (uint e = t; e < BC * D4; e += 128u) { // the keys
             uint j = e / D4, c4 = e % D4, row = kbase + (c0 + j) * p.k_nb2, i0 = el0 + 4u * c4;
@@ -83,8 +87,7 @@ void main() {
                                              : vec4(0.0);
         }
         barrier();
-        if (seen != tile) continue; // uniform: every invocation reads the same value, and none writes it
-                                    // again before the next tile's mask, which sets it to tile + 1 or leaves it
+        if (seen[tile & 1u] != tile) continue; // uniform: every invocation reads the same value
         float s[4];
         for (uint j = 0u; j < 4u; j++) s[j] = 0.0;
         for (uint c4 = 0u; c4 < D4; c4++) {
