@@ -287,6 +287,25 @@ def test_a_model_kiln_reads_but_does_not_run_is_refused_by_node_and_operator():
         kr.Session(model)
 
 
+def test_an_axis_outside_the_inputs_rank_is_refused_by_name():
+    """Softmax's and LayerNormalization's axis against the input's rank, refused at load or when the graph is
+    lowered (fuzz_onnx_run found a Softmax axis of 5760 that reached the lowering and indexed past Kiln's four
+    dims). onnx's checker refuses these models too, so they are built unchecked."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    y = h.make_tensor_value_info("y", T.FLOAT, [2, 3])
+    cases = [(h.make_node("Softmax", ["x"], ["y"], axis=7, name="sm"), [], "axis 7 is out of range for rank 2"),
+             (h.make_node("Softmax", ["x"], ["y"], axis=-3, name="sm"), [], "axis -3 is out of range for rank 2"),
+             (h.make_node("LayerNormalization", ["x", "s"], ["y"], axis=2, name="ln"),
+              [nh.from_array(np.ones(3, np.float32), "s")], "axis 2 is out of range for rank 2")]
+    for node, inits, words in cases:
+        graph = h.make_graph([node], "g", [x], [y], initializer=inits)
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], producer_name="test_onnx_run")
+        model.ir_version = 8
+        with pytest.raises(kv.KilnError, match=re.escape(words)):
+            with kr.Session(model) as s:
+                s.run({"x": np.zeros((2, 3), np.float32)})
+
+
 def test_integer_and_bool_inputs_run_exactly_up_to_2_to_the_24_and_are_refused_by_name_beyond():
     """Integers and booleans computed at run time are held as floats (exact to 2^24); ids that only index
     constant tables are held as I32 and checked against the table's rows."""

@@ -559,6 +559,8 @@ static kiln_tensor *lower_softmax(lower *c) {
     int k;
     if (!x) return NULL;
     if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r || r > KILN_MAX_DIMS)
+        return fail(c, "axis %lld is out of range for rank %d", (long long)attr_int(c->n, "axis", -1), (int)r);
     k = (int)(r - 1 - axis);
     if (k == 0) return kiln__softmax(c->g, x, 1.0f);
     return swap_dims(c->g, kiln__softmax(c->g, swap_dims(c->g, x, k), 1.0f), k);
@@ -636,6 +638,8 @@ static kiln_tensor *lower_layer_norm(lower *c) {
     float eps = attr_float(c->n, "epsilon", 1e-5f);
     if (!x || !scale || c->status) return NULL;
     if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r || r > KILN_MAX_DIMS)
+        return fail(c, "axis %lld is out of range for rank %d", (long long)attr_int(c->n, "axis", -1), (int)r);
     int k = (int)(r - axis); /* Kiln dims 0 .. k-1 are normalized */
     for (int d = 0; d < KILN_MAX_DIMS; d++) {
         if (d < k)
