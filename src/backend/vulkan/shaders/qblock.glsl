@@ -1,5 +1,6 @@
 // qblock.glsl - one 32-element block of a quantized weight row, decoded for integer dots with the int8
-// activation blocks that quantize_q8.comp writes (the CPU's q8 rows, kernels_mm_ref.c). Needs quant.glsl
+// activation blocks that quantize_q8.comp writes (the CPU's q8 rows, kernels_mm_ref.c; mul_mv.comp), or
+// into floats (mul_mm.comp: element i is f.x * q - f.z for i < 16, f.y * q - f.z after). Needs quant.glsl
 // (w_byte, w_f16, q4k_scale_min over the including shader's `uint W[]`) and the WTYPE specialization
 // constant (2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q6_K). Offsets are in bytes and need not be word aligned.
 //
